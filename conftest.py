@@ -1,0 +1,13 @@
+"""Test-wide settings: offline, quiet, headless. Applies to unit tests and to the notebook kernels nbval starts."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub access anywhere in the suite
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")  # this process only; notebook kernels keep their inline backend
