@@ -25,12 +25,14 @@ def fig_to_png(fig, dpi: int = 72) -> bytes:
     return buf.getvalue()
 
 
-def frames_html(render, params: dict[str, list], title: str = "") -> str:
+def frames_html(render, params: dict[str, list], title: str = "", initial: dict | None = None) -> str:
     """A self-contained HTML block: one range slider per parameter, swapping precomputed PNG frames.
 
     Args:
         render: ``render(**values) -> PNG bytes`` for one combination of parameter values.
         params: {parameter name: list of values}, in slider order. Every combination is rendered.
+        initial: {parameter name: value} to show first (default: each list's first value), so the
+            static page can open on the same setting as the live widget.
     Returns:
         HTML (inline base64 images and a few lines of JavaScript; no external files).
     """
@@ -40,11 +42,12 @@ def frames_html(render, params: dict[str, list], title: str = "") -> str:
         png = render(**{n: params[n][i] for n, i in zip(names, combo)})
         frames[",".join(map(str, combo))] = "data:image/png;base64," + base64.b64encode(png).decode()
     uid = "ppo-fallback-" + uuid.uuid4().hex[:10]
-    first = ",".join("0" for _ in names)
+    start = {n: list(params[n]).index((initial or {}).get(n, params[n][0])) for n in names}
+    first = ",".join(str(start[n]) for n in names)
     sliders = "".join(
-        f'<label style="margin-right:1.5em">{html.escape(n)} = <span class="ppo-val">{params[n][0]}</span> '
+        f'<label style="margin-right:1.5em">{html.escape(n)} = <span class="ppo-val">{params[n][start[n]]}</span> '
         f'<input type="range" class="ppo-slider" data-param="{html.escape(n)}" min="0" max="{len(params[n]) - 1}" '
-        f'step="1" value="0" data-values=\'{json.dumps([str(v) for v in params[n]])}\'></label>'
+        f'step="1" value="{start[n]}" data-values=\'{json.dumps([str(v) for v in params[n]])}\'></label>'
         for n in names
     )
     return f"""<div id="{uid}" class="ppo-widget-fallback">

@@ -1,0 +1,169 @@
+"""Tests for the chapter 03 checkers: they pass the package's functions and a learner-style correct
+solution, and name the mistake in typical wrong implementations (written here the way a learner would)."""
+
+import pytest
+import torch
+
+from ppo_core import checks
+from ppo_core.checks import CheckFailure, NotImplementedYet
+from ppo_core.checks.ch03_gae import _gae_loop, _lengths_mask
+from ppo_core.gae import compute_gae, token_rewards
+from ppo_core.masking import masked_whiten
+
+
+# ---------------------------------------------------------------- compute_gae, learner style
+def _gae(rewards, values, mask, gamma=1.0, lam=0.95, *, forwards=False, delta_gamma=True, use_lam=True,
+         mask_next=True, roll=False, use_mask=True, reset_carry=True, mask_returns=True, returns_kind="a+v",
+         whiten=False):
+    """A typical learner loop over t; each keyword switches on one mistake."""
+    B, T = rewards.shape
+    m = mask.to(rewards.dtype) if use_mask else torch.ones_like(rewards)
+    keep = m if reset_carry else torch.ones_like(rewards)
+    if roll:
+        next_values = torch.roll(values, -1, dims=1)  # (B, T), wraps around at the end
+    else:
+        next_values = torch.cat([values[:, 1:], torch.zeros(B, 1, dtype=values.dtype)], dim=1)  # (B, T)
+        if mask_next:
+            next_values = next_values * torch.cat([m[:, 1:], torch.zeros(B, 1, dtype=m.dtype)], dim=1)
+    deltas = rewards + (gamma if delta_gamma else 1.0) * next_values - values  # (B, T)
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros(B, dtype=rewards.dtype)
+    for t in (range(T) if forwards else reversed(range(T))):
+        last = (deltas[:, t] + gamma * (lam if use_lam else 1.0) * last) * keep[:, t]
+        advantages[:, t] = last
+    if whiten:
+        advantages = masked_whiten(advantages, mask)
+    if returns_kind == "a+v":
+        returns = (advantages + values) * (m if mask_returns else 1.0)
+    elif returns_kind == "a":
+        returns = advantages
+    else:  # rewards-to-go
+        returns = torch.zeros_like(rewards)
+        carry = torch.zeros(B, dtype=rewards.dtype)
+        for t in reversed(range(T)):
+            carry = (rewards[:, t] + gamma * carry) * m[:, t]
+            returns[:, t] = carry
+    return advantages, returns
+
+
+def _wrong(**mistake):
+    def fn(rewards, values, mask, gamma=1.0, lam=0.95):
+        return _gae(rewards, values, mask, gamma, lam, **mistake)
+
+    return fn
+
+
+def test_compute_gae_checker_passes_package_and_learner_solution():
+    assert checks.check_compute_gae(compute_gae, verbose=False)
+    assert checks.check_compute_gae(_wrong(), verbose=False)
+
+
+@pytest.mark.parametrize(
+    "mistake, message",
+    [
+        (dict(forwards=True), "recursion forwards"),
+        (dict(delta_gamma=False), "forgot gamma in the TD error"),
+        (dict(use_lam=False), "forgot lam"),
+        (dict(mask_next=False), "bootstrapped the last response token from the value at the next position"),
+        (dict(roll=True), "torch.roll"),
+        (dict(use_mask=False), "forgot the mask altogether"),
+        (dict(whiten=True), "whitened the advantages inside compute_gae"),
+        (dict(returns_kind="rtg"), "returns as the rewards-to-go"),
+        (dict(returns_kind="a"), "returned the advantages as the returns"),
+        (dict(reset_carry=False), "let the padding leak into the recursion"),
+        (dict(mask_returns=False), "returns are right on the response tokens but not 0 on padding"),
+    ],
+)
+def test_compute_gae_checker_names_the_mistake(mistake, message):
+    with pytest.raises(CheckFailure, match=message):
+        checks.check_compute_gae(_wrong(**mistake), verbose=False)
+
+
+def test_compute_gae_checker_other_failures():
+    def in_place(rewards, values, mask, gamma=1.0, lam=0.95):
+        rewards *= mask
+        return compute_gae(rewards, values, mask, gamma, lam)
+
+    def only_advantages(rewards, values, mask, gamma=1.0, lam=0.95):
+        return compute_gae(rewards, values, mask, gamma, lam)[0]
+
+    def nan_for_large(rewards, values, mask, gamma=1.0, lam=0.95):
+        adv, ret = compute_gae(rewards, values, mask, gamma, lam)
+        return torch.where(adv.abs() > 1e3, torch.nan, adv), ret
+
+    with pytest.raises(CheckFailure, match="in place"):
+        checks.check_compute_gae(in_place, verbose=False)
+    with pytest.raises(CheckFailure, match="tuple"):
+        checks.check_compute_gae(only_advantages, verbose=False)
+    with pytest.raises(CheckFailure, match="NaN"):
+        checks.check_compute_gae(nan_for_large, verbose=False)
+
+
+def test_compute_gae_checker_stub():
+    def stub(rewards, values, mask, gamma=1.0, lam=0.95):
+        raise NotImplementedError("Exercise 3.1")
+
+    with pytest.raises(NotImplementedYet):
+        checks.check_compute_gae(stub, verbose=False)
+
+
+def test_naive_loop_reference_matches_package():
+    gen = torch.Generator().manual_seed(0)
+    for B, T, gamma, lam in [(3, 10, 0.9, 0.7), (4, 5, 1.0, 1.0), (2, 1, 0.5, 0.0)]:
+        mask = _lengths_mask(torch.randint(1, T + 1, (B,), generator=gen).tolist(), T)
+        rewards, values = torch.randn(B, T, generator=gen), torch.randn(B, T, generator=gen)
+        want, _ = compute_gae(rewards, values, mask, gamma, lam)
+        torch.testing.assert_close(_gae_loop(rewards, values, mask, gamma, lam), want)
+
+
+# ---------------------------------------------------------------- token_rewards, learner style
+def _rewards(scores, kl, mask, kl_coef, *, where="last_true", sign=-1.0, use_mask=True):
+    rewards = sign * kl_coef * kl
+    if use_mask:
+        rewards = rewards * mask
+    rewards = rewards.clone()
+    B, T = kl.shape
+    rows = torch.arange(B)
+    if where == "last_true":
+        rewards[rows, mask.sum(dim=1) - 1] += scores
+    elif where == "first":
+        rewards[:, 0] += scores
+    elif where == "row_end":
+        rewards[:, -1] += scores
+    elif where == "one_past":
+        idx = mask.sum(dim=1)
+        ok = idx < T
+        rewards[rows[ok], idx[ok]] += scores[ok]
+    return rewards
+
+
+def _wrong_rewards(**mistake):
+    return lambda scores, kl, mask, kl_coef: _rewards(scores, kl, mask, kl_coef, **mistake)
+
+
+def test_token_rewards_checker_passes():
+    assert checks.check_token_rewards(token_rewards, verbose=False)
+    assert checks.check_token_rewards(_wrong_rewards(), verbose=False)
+
+
+@pytest.mark.parametrize(
+    "mistake, message",
+    [
+        (dict(where="first"), "score on the first response token"),
+        (dict(where="row_end"), "last position of the row"),
+        (dict(where="one_past"), "one position too far"),
+        (dict(sign=1.0), "flipped the sign of the KL penalty"),
+        (dict(use_mask=False), "forgot the mask"),
+    ],
+)
+def test_token_rewards_checker_names_the_mistake(mistake, message):
+    with pytest.raises(CheckFailure, match=message):
+        checks.check_token_rewards(_wrong_rewards(**mistake), verbose=False)
+
+
+def test_token_rewards_checker_stub():
+    def stub(scores, kl, mask, kl_coef):
+        raise NotImplementedError
+
+    with pytest.raises(NotImplementedYet):
+        checks.check_token_rewards(stub, verbose=False)
