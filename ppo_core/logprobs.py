@@ -60,9 +60,10 @@ def response_logits(logits: torch.Tensor, prompt_len: int, response_len: int) ->
 def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Entropy of the full next-token distribution softmax(logits / temperature), per position.
 
-    H = -sum_v p_v log p_v = logsumexp(z) - sum_v p_v z_v, which never evaluates log 0.
-    (B, T, V) -> (B, T).
+    H = -sum_v p_v log p_v = logsumexp(z) - sum_v p_v z_v, which never evaluates log 0; tokens with
+    p = 0 (e.g. logits set to -inf by a filter) contribute 0, not 0 * -inf. (B, T, V) -> (B, T).
     """
     z = _scaled_float(logits, temperature)  # (B, T, V)
     p = torch.softmax(z, dim=-1)
-    return torch.logsumexp(z, dim=-1) - (p * z).sum(dim=-1)  # (B, T)
+    pz = torch.where(p > 0, p * z, torch.zeros((), dtype=z.dtype))
+    return torch.logsumexp(z, dim=-1) - pz.sum(dim=-1)  # (B, T)

@@ -29,7 +29,8 @@ def policy_loss(
     stats: ``clipfrac`` (share of tokens where the clipped term is the active one), ``approx_kl``
     (k3 estimate of KL(pi_old || pi_theta), see joschu.net/blog/kl-approx.html), ``ratio_mean``.
     """
-    log_ratio = logprobs - old_logprobs  # (B, T)
+    # Zero the log-ratio off the mask *before* exp: an overflow there would give 0 * inf = NaN gradients.
+    log_ratio = torch.where(mask.to(torch.bool), logprobs - old_logprobs, torch.zeros((), dtype=logprobs.dtype))  # (B, T)
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
