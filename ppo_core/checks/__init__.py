@@ -1,0 +1,12 @@
+"""Checkers for the exercises: call ``check_xxx(your_function)``; it prints a pass or names the mistake.
+
+One checker, two callers: learners call these on their own functions in the chapters, and the unit
+tests call them on the package's functions (and on typical wrong implementations, which they must reject).
+"""
+
+from ._common import CheckFailure, NotImplementedYet, RESULTS  # noqa: F401
+from .ch01_logprobs import *  # noqa: F401,F403
+from .ch02_masking import *  # noqa: F401,F403
+from .ch03_gae import *  # noqa: F401,F403
+from .ch04_losses import *  # noqa: F401,F403
+from .ch05_loop import *  # noqa: F401,F403

@@ -1,0 +1,260 @@
+"""Chapter 05 - every knob of a run, with its meaning, in one typed config.
+
+Presets live in ``ppo_core/configs/*.yaml``; ``load_config("cpu", ["ppo.lr=1e-4"])`` merges a preset
+(or a YAML path) and dotted ``key=value`` overrides onto these dataclasses. OmegaConf rejects unknown
+keys and wrong types; we turn its errors into one line that names the fix.
+"""
+
+import difflib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+__all__ = ["Config", "load_config", "ConfigError", "PRESETS", "validate"]
+
+PRESETS = ("cpu", "cuda")
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = "tiny"
+    """'tiny': the offline tiny model, warm-started on the synthetic task; else a hub id or a local folder."""
+    dtype: str = "float32"
+    """Trunk dtype: float32, bfloat16 or float16 (the value head always stays float32)."""
+    device: str = "auto"
+    """'auto' (CUDA if available, else CPU), 'cpu' or 'cuda'."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: less memory, ~30 % more time."""
+    value_head_init_std: float = 0.0
+    """Std of the value head's initial weights (0 = zeros, so V starts at 0)."""
+
+
+@dataclass
+class WarmStartConfig:
+    """The supervised warm start of the tiny model (stands for the SFT stage of RLHF)."""
+
+    steps: int = 600
+    """Supervised steps on the synthetic train split."""
+    batch_size: int = 16
+    """Sequences per supervised step."""
+    lr: float = 2e-3
+    """Learning rate of the warm start."""
+    answer_noise: float = 0.75
+    """Share of warm-start targets whose final answer is replaced by a wrong one (keeps the start imperfect)."""
+    cache_dir: str = "~/.cache/ppo_core"
+    """Where warm-started models are cached (keyed by their settings) and reused by later runs."""
+
+
+@dataclass
+class DataConfig:
+    task: str = "synthetic"
+    """'synthetic' (generated offline) or 'gsm8k'."""
+    source: str = "openai/gsm8k"
+    """For gsm8k: a hub id (online) or a local folder/JSONL file with question/answer records."""
+    prompt_style: str = "plain"
+    """'plain' (question + newline, for the tiny model) or 'chat' (the tokenizer's chat template)."""
+    n_train: int = 4000
+    """Synthetic task: training problems (also the PPO prompts)."""
+    n_test: int = 500
+    """Synthetic task: held-out problems; for gsm8k, how many test problems to evaluate on."""
+    max_prompt_len: int = 512
+    """Prompts longer than this many tokens are truncated from the left, with a warning."""
+
+
+@dataclass
+class RolloutConfig:
+    batch_size: int = 128
+    """Prompts sampled per PPO step (one rollout batch)."""
+    max_new_tokens: int = 24
+    """Response length limit T."""
+    temperature: float = 1.0
+    """Sampling temperature; the PPO logprobs use the same one."""
+    generation_batch_size: int = 0
+    """Prompts per generate call (0 = the whole rollout batch at once)."""
+
+
+@dataclass
+class PPOConfig:
+    ppo_epochs: int = 2
+    """Passes over each rollout batch. More is more off-policy, not more stable."""
+    minibatch_size: int = 64
+    """Sequences per optimizer step."""
+    grad_accum_steps: int = 1
+    """Micro-batches per minibatch (gradient accumulation): minibatch_size must divide by it."""
+    lr: float = 1e-4
+    """AdamW learning rate (policy and value head)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    optimizer: str = "adamw"
+    """'adamw' (torch) or 'adamw8bit' (bitsandbytes AdamW8bit)."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this (0 = no clipping)."""
+    clip_eps: float = 0.2
+    """Policy ratio clip range epsilon."""
+    vf_clip_eps: float = 0.2
+    """Value clip range around the rollout's values (in reward units)."""
+    vf_coef: float = 0.1
+    """Weight of the value loss."""
+    ent_coef: float = 0.001
+    """Weight of the entropy loss (entropy bonus)."""
+    gamma: float = 1.0
+    """Discount factor."""
+    lam: float = 0.95
+    """GAE lambda."""
+    kl_coef: float = 0.02
+    """Weight of the per-token KL penalty in the reward (initial value if adaptive)."""
+    kl_estimator: str = "k1"
+    """Per-token KL estimator in the reward: k1, k2 or k3."""
+    adaptive_kl: bool = False
+    """Adapt kl_coef towards kl_target (Ziegler et al. 2019)."""
+    kl_target: float = 6.0
+    """Target KL to the reference per response, in nats (adaptive controller)."""
+    kl_horizon: int = 10000
+    """Adaptive controller horizon, in sequences."""
+    whiten_advantages: bool = True
+    """Normalise advantages over the whole batch."""
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 40
+    """PPO steps (rollout + update) to run."""
+    seed: int = 0
+    """Seeds the task, the warm start, sampling and shuffling."""
+    output_dir: str = "outputs/cpu"
+    """Run folder: config, metrics, dashboard, samples, checkpoints."""
+    log_every: int = 1
+    """Print and log sample completions every this many steps."""
+    save_every: int = 20
+    """Checkpoint every this many steps (0 = only at the end)."""
+    keep_last: int = 2
+    """Keep at most this many step_N checkpoints (final/ is always kept)."""
+    eval_every: int = 0
+    """Held-out evaluation every this many steps (0 = only before and after training)."""
+    eval_samples: int = 500
+    """Held-out problems per evaluation."""
+    resume: str = ""
+    """A step_N folder to resume from, 'auto' for the latest in output_dir, or '' for a fresh run."""
+    tensorboard: bool = True
+    """Write TensorBoard event files to output_dir/tb."""
+    wandb: bool = False
+    """Also log to Weights & Biases (needs wandb installed and a login)."""
+    wandb_project: str = "ppo-for-llms"
+    """W&B project name."""
+    check_ratio: bool = True
+    """Assert the ratio is 1 (within ratio_tol) on the first minibatch of the first epoch."""
+    ratio_tol: float = 1e-4
+    """Tolerance of that check."""
+    num_threads: int = 0
+    """torch CPU threads (0 = torch's default)."""
+    progress: bool = True
+    """Show a tqdm progress bar."""
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+class ConfigError(ValueError):
+    """A bad config: the message is one line that says what is wrong and how to fix it."""
+
+
+def _all_keys(node, prefix="") -> list[str]:
+    keys = []
+    for k, v in node.items():
+        keys.append(prefix + k)
+        if OmegaConf.is_dict(v):
+            keys += _all_keys(v, prefix + k + ".")
+    return keys
+
+
+def _preset_path(preset: str) -> Path:
+    if preset in PRESETS:
+        return Path(str(resources.files("ppo_core") / "configs" / f"{preset}.yaml"))
+    path = Path(preset).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"no preset or file {preset!r}: use one of {', '.join(PRESETS)} or a path to a YAML file")
+    return path
+
+
+def _merge(base, other, what: str):
+    try:
+        return OmegaConf.merge(base, other)
+    except ConfigKeyError as e:
+        key = (e.full_key or e.key or "").strip()
+        close = difflib.get_close_matches(key, _all_keys(base), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"unknown config key {key!r} in {what}{hint}") from None
+    except ValidationError as e:
+        raise ConfigError(f"bad value for {e.full_key!r} in {what}: {e.msg.splitlines()[0]}") from None
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"bad config in {what}: {str(e).splitlines()[0]}") from None
+
+
+def load_config(preset: str = "cpu", overrides: list[str] | tuple = ()) -> Config:
+    """Preset (name or YAML path) + dotted ``key=value`` overrides -> a validated ``Config``."""
+    cfg = OmegaConf.structured(Config)
+    path = _preset_path(preset)
+    try:
+        preset_cfg = OmegaConf.load(path)
+    except Exception as e:  # YAML syntax error and the like
+        raise ConfigError(f"cannot read {path}: {str(e).splitlines()[0]}") from None
+    cfg = _merge(cfg, preset_cfg, str(path))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not key=value (e.g. ppo.lr=1e-4)")
+        try:
+            dotlist = OmegaConf.from_dotlist([item])
+        except Exception as e:
+            raise ConfigError(f"cannot parse override {item!r}: {str(e).splitlines()[0]}") from None
+        cfg = _merge(cfg, dotlist, f"override {item!r}")
+    config = OmegaConf.to_object(cfg)
+    validate(config)
+    return config
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def validate(c: Config) -> None:
+    """Ranges and consistency that types alone cannot express."""
+    p, r = c.ppo, c.rollout
+    _check(p.clip_eps > 0, f"ppo.clip_eps must be > 0, got {p.clip_eps}")
+    _check(p.vf_clip_eps > 0, f"ppo.vf_clip_eps must be > 0, got {p.vf_clip_eps}")
+    _check(0 <= p.lam <= 1, f"ppo.lam must be in [0, 1], got {p.lam}")
+    _check(0 < p.gamma <= 1, f"ppo.gamma must be in (0, 1], got {p.gamma}")
+    _check(p.lr > 0, f"ppo.lr must be > 0, got {p.lr}")
+    _check(p.kl_coef >= 0, f"ppo.kl_coef must be >= 0, got {p.kl_coef}")
+    _check(p.vf_coef >= 0 and p.ent_coef >= 0, "ppo.vf_coef and ppo.ent_coef must be >= 0")
+    _check(p.ppo_epochs >= 1, f"ppo.ppo_epochs must be >= 1, got {p.ppo_epochs}")
+    _check(p.kl_estimator in ("k1", "k2", "k3"), f"ppo.kl_estimator must be k1, k2 or k3, got {p.kl_estimator!r}")
+    _check(p.optimizer in ("adamw", "adamw8bit"), f"ppo.optimizer must be adamw or adamw8bit, got {p.optimizer!r}")
+    _check(r.temperature > 0, f"rollout.temperature must be > 0, got {r.temperature}")
+    _check(r.max_new_tokens >= 1, f"rollout.max_new_tokens must be >= 1, got {r.max_new_tokens}")
+    _check(r.batch_size >= 1 and p.minibatch_size >= 1, "rollout.batch_size and ppo.minibatch_size must be >= 1")
+    _check(
+        r.batch_size % p.minibatch_size == 0,
+        f"rollout.batch_size ({r.batch_size}) must be a multiple of ppo.minibatch_size ({p.minibatch_size})",
+    )
+    _check(
+        p.grad_accum_steps >= 1 and p.minibatch_size % p.grad_accum_steps == 0,
+        f"ppo.minibatch_size ({p.minibatch_size}) must be a multiple of ppo.grad_accum_steps ({p.grad_accum_steps})",
+    )
+    _check(c.model.dtype in ("float32", "bfloat16", "float16"), f"model.dtype must be float32, bfloat16 or float16, got {c.model.dtype!r}")
+    _check(c.model.device in ("auto", "cpu", "cuda"), f"model.device must be auto, cpu or cuda, got {c.model.device!r}")
+    _check(c.data.task in ("synthetic", "gsm8k"), f"data.task must be synthetic or gsm8k, got {c.data.task!r}")
+    _check(c.data.prompt_style in ("plain", "chat"), f"data.prompt_style must be plain or chat, got {c.data.prompt_style!r}")
+    _check(c.train.steps >= 0, f"train.steps must be >= 0, got {c.train.steps}")
+    _check(c.train.keep_last >= 1, f"train.keep_last must be >= 1, got {c.train.keep_last}")
+    _check(0 <= c.warmstart.answer_noise <= 1, f"warmstart.answer_noise must be in [0, 1], got {c.warmstart.answer_noise}")

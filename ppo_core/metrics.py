@@ -1,0 +1,89 @@
+"""Chapter 05 - what a run writes: a JSONL metrics log, TensorBoard events, samples and a dashboard."""
+
+import json
+from pathlib import Path
+
+__all__ = ["MetricsLogger", "plot_dashboard", "read_metrics", "DASHBOARD_KEYS"]
+
+DASHBOARD_KEYS = (
+    "rollout/reward_mean", "rollout/correct_rate", "params/kl_to_ref", "params/approx_kl",
+    "params/policy_clipfrac", "rollout/response_length", "params/entropy", "params/explained_variance",
+)
+
+
+class MetricsLogger:
+    """Appends one JSON line per step (flushed at once, so a crash loses at most the step in flight)."""
+
+    def __init__(self, out_dir, tensorboard: bool = True, wandb_config: dict | None = None):
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.out_dir / "metrics.jsonl"
+        self.samples_path = self.out_dir / "samples.jsonl"
+        self.tb = self.wandb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(self.out_dir / "tb"))
+        if wandb_config is not None:
+            import wandb
+
+            self.wandb = wandb.init(**wandb_config)
+
+    def truncate_after(self, step: int) -> None:
+        """On resume: drop lines of steps after ``step`` (they were logged after the checkpoint)."""
+        for path in (self.path, self.samples_path):
+            if path.exists():
+                keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= step]
+                path.write_text("".join(line + "\n" for line in keep))
+
+    def log(self, step: int, metrics: dict) -> None:
+        record = {"step": step, **{k: float(v) for k, v in metrics.items()}}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.tb is not None:
+            for k, v in metrics.items():
+                self.tb.add_scalar(k, float(v), step)
+            self.tb.flush()
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=step)
+
+    def log_samples(self, step: int, prompts: list, completions: list, rewards: list, n: int = 3) -> None:
+        with open(self.samples_path, "a") as f:
+            for p, c, r in list(zip(prompts, completions, rewards))[:n]:
+                f.write(json.dumps({"step": step, "prompt": p, "completion": c, "reward": float(r)}) + "\n")
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def read_metrics(path) -> list[dict]:
+    """The records of a metrics.jsonl file (a run folder or the file itself)."""
+    path = Path(path)
+    path = path / "metrics.jsonl" if path.is_dir() else path
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_dashboard(records: list[dict], path=None, keys=DASHBOARD_KEYS):
+    """A grid of the main curves against the step; saved as PNG if ``path`` is given. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in keys if any(k in r for r in records)]
+    cols = 4
+    rows = max(1, -(-len(keys) // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
+    for ax, key in zip(axes.flat, keys):
+        pts = [(r["step"], r[key]) for r in records if key in r]
+        ax.plot([s for s, _ in pts], [v for _, v in pts], marker=".", lw=1)
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=90)
+    return fig

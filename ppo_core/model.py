@@ -1,0 +1,111 @@
+"""Chapter 05 - the actor-critic: a causal LM with a value head, and its frozen reference copy.
+
+The value head is a single linear layer on the last hidden state (as in TRL and the InstructGPT
+line of work), not an MLP: the transformer trunk already computes rich features, a linear probe on
+them is enough to predict the return, and a tiny zero-initialised head starts at V = 0 without
+disturbing the language model. It is kept in float32 even when the trunk runs in bf16, because
+values and returns are small differences of rewards that bf16 rounds badly.
+"""
+
+import copy
+from pathlib import Path
+
+import torch
+from torch import nn
+
+__all__ = ["ActorWithValueHead", "lm_logits", "position_ids_from_mask", "make_reference", "disable_dropout"]
+
+VALUE_HEAD_FILE = "value_head.pt"
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that count only real tokens: 0 at each row's first real token (left padding).
+
+    ``generate`` derives them like this; a plain forward does not, and absolute-position models
+    (GPT-2) then give different logprobs for left-padded rows. (B, L) -> (B, L).
+    """
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def disable_dropout(model: nn.Module) -> nn.Module:
+    """Set every dropout probability to 0: PPO's ratio must be 1 before the first update."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    for key in ("dropout", "attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout"):
+        if hasattr(model.config, key) and isinstance(getattr(model.config, key), float):
+            setattr(model.config, key, 0.0)
+    return model
+
+
+def lm_logits(lm, input_ids, attention_mask, position_ids=None, keep: slice | None = None):
+    """Logits of a causal LM at the positions in ``keep`` only, and the final hidden states there.
+
+    Runs the trunk (``lm.base_model``) on every position, then the LM head on the kept ones: the
+    prompt's outputs are never used, and skipping them saves time and memory (V can be 150 k).
+    Returns (B, L', V) logits and (B, L', H) hidden states.
+    """
+    if position_ids is None:
+        position_ids = position_ids_from_mask(attention_mask)
+    out = lm.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    hidden = out.last_hidden_state  # (B, L, H), after the final norm
+    if keep is not None:
+        hidden = hidden[:, keep]  # (B, L', H)
+    return lm.get_output_embeddings()(hidden), hidden
+
+
+class ActorWithValueHead(nn.Module):
+    """Policy (the LM) and critic (a linear value head) sharing one transformer trunk.
+
+    ``forward(input_ids, attention_mask)`` returns ``(logits, values)``: (B, L, V) and (B, L), where
+    ``values[:, t]`` is the value of the state after tokens 0..t.
+    """
+
+    def __init__(self, lm: nn.Module, value_head_init_std: float = 0.0):
+        super().__init__()
+        self.lm = disable_dropout(lm)
+        hidden = lm.config.get_text_config().hidden_size
+        self.value_head = nn.Linear(hidden, 1, dtype=torch.float32)
+        nn.init.normal_(self.value_head.weight, std=value_head_init_std)  # std 0 gives zeros: V starts at 0
+        nn.init.zeros_(self.value_head.bias)
+
+    @property
+    def config(self):
+        return self.lm.config
+
+    @classmethod
+    def from_pretrained(cls, path_or_id: str, **lm_kwargs) -> "ActorWithValueHead":
+        """Load the LM with ``AutoModelForCausalLM.from_pretrained`` and, if saved beside it, the value head."""
+        from transformers import AutoModelForCausalLM
+
+        actor = cls(AutoModelForCausalLM.from_pretrained(path_or_id, **lm_kwargs))
+        head = Path(path_or_id) / VALUE_HEAD_FILE
+        if head.is_file():
+            actor.value_head.load_state_dict(torch.load(head, map_location="cpu", weights_only=True))
+        return actor
+
+    def save_pretrained(self, path) -> None:
+        """Save the LM (loadable by ``AutoModelForCausalLM.from_pretrained``) and the value head beside it."""
+        self.lm.save_pretrained(path)
+        torch.save(self.value_head.state_dict(), Path(path) / VALUE_HEAD_FILE)
+
+    def forward(self, input_ids, attention_mask, position_ids=None, keep: slice | None = None):
+        """(B, L) ids -> logits (B, L', V) and values (B, L'), where L' = L, or the positions in ``keep``.
+
+        Pass ``keep=slice(P - 1, P + T - 1)`` to apply the LM head and value head to the response
+        positions only (the prompt's outputs are never used; skipping them saves time and memory).
+        """
+        logits, hidden = lm_logits(self.lm, input_ids, attention_mask, position_ids, keep)
+        values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)  # (B, L')
+        return logits, values
+
+    def generate(self, *args, **kwargs):
+        return self.lm.generate(*args, **kwargs)
+
+
+def make_reference(actor: ActorWithValueHead) -> nn.Module:
+    """A frozen copy of the actor's LM: eval mode, no gradients, never updated during the run."""
+    ref = copy.deepcopy(actor.lm)
+    ref.eval()
+    ref.requires_grad_(False)
+    return ref

@@ -1,0 +1,113 @@
+"""Chapter 05 - rollouts: sample responses, then score them with one forward pass per model.
+
+    prompts (left-padded, P tokens) --generate--> responses (T tokens, stop at EOS)
+    prompt + response --actor forward--> old logprobs, values        (B, T) each
+    prompt + response --reference forward--> reference logprobs      (B, T)
+
+All three come from plain forward passes with position ids from the attention mask and at the
+sampling temperature, so that the training forward reproduces them exactly (ratio = 1 before the
+first update).
+"""
+
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+from transformers import GenerationConfig
+
+from .logprobs import logprobs_from_logits
+from .masking import response_mask
+from .model import lm_logits, position_ids_from_mask
+
+__all__ = ["Rollout", "tokenize_prompts", "sample", "score", "sampling_config"]
+
+
+@dataclass
+class Rollout:
+    """One batch of experience. Shapes: B sequences, P prompt tokens, T response tokens."""
+
+    input_ids: torch.Tensor  # (B, P + T) prompt then response
+    attention_mask: torch.Tensor  # (B, P + T) 1 on real prompt tokens and on counted response tokens
+    prompt_len: int  # P
+    response_ids: torch.Tensor  # (B, T)
+    mask: torch.Tensor  # (B, T) bool response mask
+    completions: list = field(default_factory=list)  # decoded responses
+    logprobs: torch.Tensor | None = None  # (B, T) old policy, at the sampling temperature
+    values: torch.Tensor | None = None  # (B, T) old values
+    ref_logprobs: torch.Tensor | None = None  # (B, T) frozen reference
+
+    @property
+    def keep(self) -> slice:
+        """The positions whose outputs predict the response tokens: [P-1 : P+T-1]."""
+        T = self.response_ids.shape[1]
+        return slice(self.prompt_len - 1, self.prompt_len + T - 1)
+
+
+def sampling_config(tokenizer, max_new_tokens: int, temperature: float | None) -> GenerationConfig:
+    """Plain ancestral sampling from softmax(logits / temperature): no top-k, top-p or penalties.
+
+    We replace the model's own generation config (chat models ship top_k / top_p / repetition
+    penalties), because PPO's logprobs must be those of the distribution that really sampled.
+    ``temperature=None`` means greedy decoding (for evaluation).
+    """
+    greedy = temperature is None
+    return GenerationConfig(
+        do_sample=not greedy, temperature=None if greedy else temperature, top_k=None if greedy else 0,
+        top_p=None if greedy else 1.0, max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+    )
+
+
+def tokenize_prompts(tokenizer, prompts: list[str], max_prompt_len: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompt ids and attention mask, (B, P) each; prompts over the limit lose their start."""
+    tokenizer.padding_side, tokenizer.truncation_side = "left", "left"
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=True)
+    if enc["input_ids"].shape[1] > max_prompt_len:
+        n = int((enc["attention_mask"].sum(1) > max_prompt_len).sum())
+        warnings.warn(f"{n} prompt(s) longer than data.max_prompt_len={max_prompt_len} tokens were truncated from the left")
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, truncation=True, max_length=max_prompt_len, add_special_tokens=True)
+    return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+
+
+@torch.inference_mode()
+def sample(lm, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float | None,
+           max_prompt_len: int = 512, batch_size: int = 0) -> Rollout:
+    """Generate one response per prompt (``temperature=None``: greedy). Returns a Rollout without scores."""
+    device = next(lm.parameters()).device
+    ids, attn = tokenize_prompts(tokenizer, prompts, max_prompt_len, device)  # (B, P)
+    P = ids.shape[1]
+    gen_cfg = sampling_config(tokenizer, max_new_tokens, temperature)
+    chunks = []
+    step = batch_size or len(prompts)
+    for i in range(0, len(prompts), step):
+        out = lm.generate(input_ids=ids[i : i + step], attention_mask=attn[i : i + step], generation_config=gen_cfg)
+        chunks.append(out[:, P:])  # (b, T_i) generate pads finished rows with pad_token_id
+    T = max(c.shape[1] for c in chunks)
+    response = torch.cat([torch.nn.functional.pad(c, (0, T - c.shape[1]), value=tokenizer.pad_token_id) for c in chunks])
+    # generate pads a row only after its EOS, so every token up to the first EOS was sampled and
+    # counts, even one that happens to be the pad id (pad_token_id=-1 matches nothing).
+    mask = response_mask(response, tokenizer.eos_token_id, pad_token_id=-1)  # (B, T)
+    T = int(mask.any(0).nonzero().max()) + 1 if mask.any() else 1  # drop columns no row uses
+    response, mask = response[:, :T], mask[:, :T]
+    completions = tokenizer.batch_decode(torch.where(mask, response, tokenizer.pad_token_id), skip_special_tokens=True)
+    return Rollout(
+        input_ids=torch.cat([ids, response], dim=1), attention_mask=torch.cat([attn, mask.long()], dim=1),
+        prompt_len=P, response_ids=response, mask=mask, completions=completions,
+    )
+
+
+@torch.inference_mode()
+def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int) -> Rollout:
+    """Fill in the old logprobs and values (actor) and the reference logprobs, in chunks of ``batch_size``."""
+    logprobs, values, ref_logprobs = [], [], []
+    for i in range(0, ro.input_ids.shape[0], batch_size):
+        ids, attn = ro.input_ids[i : i + batch_size], ro.attention_mask[i : i + batch_size]
+        tokens = ro.response_ids[i : i + batch_size]
+        pos = position_ids_from_mask(attn)
+        logits, v = actor(ids, attn, pos, keep=ro.keep)  # (b, T, V), (b, T)
+        logprobs.append(logprobs_from_logits(logits, tokens, temperature))
+        values.append(v.float())
+        ref_logits, _ = lm_logits(ref_lm, ids, attn, pos, keep=ro.keep)
+        ref_logprobs.append(logprobs_from_logits(ref_logits, tokens, temperature))
+    ro.logprobs, ro.values, ro.ref_logprobs = torch.cat(logprobs), torch.cat(values), torch.cat(ref_logprobs)
+    return ro

@@ -1,0 +1,82 @@
+"""Chapter 05 - one PPO minibatch update: forward, the three losses, backward, clip, step.
+
+    logits, values = actor(prompt + response)                  one forward for both heads
+    logprobs = log softmax(logits / temperature)[response]     chapter 01
+    loss = policy_loss + vf_coef * value_loss + ent_coef * entropy_loss     chapter 04
+"""
+
+import torch
+
+from .logprobs import logprobs_from_logits
+from .losses import entropy_loss, policy_loss, value_loss
+from .model import position_ids_from_mask
+
+__all__ = ["ppo_loss", "minibatch_update", "RatioCheckError"]
+
+
+class RatioCheckError(RuntimeError):
+    """The first update's ratio is not 1: the training forward disagrees with the rollout's."""
+
+
+def ppo_loss(actor, mb: dict, clip_eps: float, vf_clip_eps: float, vf_coef: float, ent_coef: float,
+             temperature: float) -> tuple[torch.Tensor, dict]:
+    """The combined PPO loss on one (micro-)batch. ``mb`` holds the rollout tensors for its rows.
+
+    mb keys: input_ids, attention_mask (B, P+T); response_ids, mask, old_logprobs, old_values,
+    advantages, returns (B, T); keep: the slice [P-1 : P+T-1].
+    """
+    pos = position_ids_from_mask(mb["attention_mask"])
+    logits, values = actor(mb["input_ids"], mb["attention_mask"], pos, keep=mb["keep"])  # (B, T, V), (B, T)
+    logprobs = logprobs_from_logits(logits, mb["response_ids"], temperature)  # (B, T)
+    mask = mb["mask"]
+    pg_loss, pg_stats = policy_loss(logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps)
+    vf_loss, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_clip_eps)
+    ent_loss, ent_stats = entropy_loss(logits, mask, temperature)
+    loss = pg_loss + vf_coef * vf_loss + ent_coef * ent_loss
+    with torch.no_grad():
+        max_log_ratio = (logprobs - mb["old_logprobs"]).abs().masked_fill(~mask, 0).max().item()
+    stats = {
+        "loss/policy": pg_loss.item(), "loss/value": vf_loss.item(), "loss/entropy": ent_loss.item(),
+        "loss/total": loss.item(), "params/policy_clipfrac": pg_stats["clipfrac"],
+        "params/value_clipfrac": vf_stats["clipfrac"], "params/approx_kl": pg_stats["approx_kl"],
+        "params/ratio_mean": pg_stats["ratio_mean"], "params/entropy": ent_stats["entropy"],
+        "params/max_abs_log_ratio": max_log_ratio,
+    }
+    return loss, stats
+
+
+def minibatch_update(actor, optimizer, mb: dict, *, clip_eps: float = 0.2, vf_clip_eps: float = 0.2,
+                     vf_coef: float = 0.1, ent_coef: float = 0.0, temperature: float = 1.0,
+                     grad_accum_steps: int = 1, max_grad_norm: float = 1.0, ratio_tol: float | None = None) -> dict:
+    """One optimizer step on a minibatch, accumulating gradients over ``grad_accum_steps`` micro-batches.
+
+    ``ratio_tol``: if set, raise RatioCheckError when any |log ratio| exceeds it (use it on the first
+    minibatch of the first epoch, where the policy has not moved yet and the ratio must be 1).
+    Returns the stats averaged over micro-batches, with ``params/grad_norm`` (before clipping) and
+    ``params/skipped`` (1 if the step was skipped for a non-finite loss or gradient).
+    """
+    n = mb["input_ids"].shape[0]
+    micro = [torch.arange(n)[i::grad_accum_steps] for i in range(grad_accum_steps)]
+    optimizer.zero_grad(set_to_none=True)
+    totals: dict = {}
+    for idx in micro:
+        part = {k: (v[idx] if torch.is_tensor(v) else v) for k, v in mb.items()}
+        loss, stats = ppo_loss(actor, part, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature)
+        if ratio_tol is not None and stats["params/max_abs_log_ratio"] > ratio_tol:
+            raise RatioCheckError(
+                f"before any update the policy/old log-ratio reached {stats['params/max_abs_log_ratio']:.2e} "
+                f"(> {ratio_tol:g}): the training forward does not reproduce the rollout's logprobs "
+                "(dropout on? a different temperature, slice or position ids?)"
+            )
+        (loss / grad_accum_steps).backward()
+        for k, v in stats.items():
+            totals[k] = totals.get(k, 0.0) + v / grad_accum_steps
+    params = [p for p in actor.parameters() if p.requires_grad]
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
+    finite = bool(torch.isfinite(grad_norm)) and all(map(lambda v: v == v and abs(v) != float("inf"), totals.values()))
+    if finite:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    totals["params/grad_norm"] = float(grad_norm)
+    totals["params/skipped"] = 0.0 if finite else 1.0
+    return totals

@@ -1,0 +1,233 @@
+"""Chapter 05 - the supervised warm start: the SFT stage of RLHF, in under a minute on a CPU.
+
+RLHF starts PPO from a model that already writes answers in the right form (InstructGPT's SFT
+model). Our offline run has no pretrained model, so we make one: a tiny character-level model
+(``ppo_core.tiny``) trained by next-token cross-entropy on the synthetic task's solutions
+(``ppo_core.synthetic``). Only the completion tokens are scored; the prompt tokens are masked out::
+
+    tokens   <bos> A n n   h a s   3 ... ? \\n  3 + 4 = 7 \\n # # # #   7 <eos> <pad> ...
+    labels   -100 (prompt, never scored) ......  3 + 4 = 7 \\n # # # #   7 <eos> -100 ...
+
+The warm start is **deliberately imperfect**, and the chapter says so. In a share ``answer_noise``
+of the targets the final ``#### N`` is replaced by one of the problem's operands (the working line
+stays right), as if the demonstrations came from careless annotators who often copied a number
+from the question instead of their result. The model learns the working well and learns to end
+with an operand most of the time: its working line is right far more often than its final answer.
+That gap is what the PPO stage closes with the task reward (1.0 right, 0.1 well-formed but wrong):
+it teaches the policy to copy its own result after ``####``. It does not teach new arithmetic.
+
+Training runs once per setting: ``warm_start`` saves the model, the tokenizer and
+``warmstart.json`` (settings, loss curve, held-out accuracies) under ``out_dir/warmstart-<hash>``
+and a second call with the same settings returns that folder at once.
+"""
+
+import hashlib
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig, get_cosine_schedule_with_warmup
+
+from .data import build_prompt
+from .rewards import ANSWER_MARKER, is_correct
+from .synthetic import SYNTHETIC_ALPHABET, make_synthetic_task
+from .tiny import build_char_tokenizer, build_tiny_model, count_parameters, model_size, save_tiny
+
+__all__ = ["warm_start", "evaluate_accuracy", "generate_completions", "sft_batch", "noisy_answer", "settings_hash",
+           "WARMSTART_VERSION"]
+
+WARMSTART_VERSION = 1
+"""Part of the cache key: bump it when a code change makes old cached models stale."""
+
+IGNORE_INDEX = -100
+"""The label transformers' cross-entropy skips (prompt and padding positions)."""
+
+
+def noisy_answer(answer: str, rng: random.Random, answer_noise: float) -> str:
+    """With probability ``answer_noise``, replace the final number by an operand of the working line.
+
+    ``"3+4=7\\n#### 7"`` becomes ``"3+4=7\\n#### 3"`` or ``"... #### 4"``: the slip of an annotator
+    who copied a number from the problem instead of the result. Operands equal to the result are
+    skipped (``5-0=5`` can only become ``#### 0``); ``0+0=0`` becomes ``#### 1``.
+    """
+    if rng.random() >= answer_noise:
+        return answer
+    working, final = answer.rsplit(ANSWER_MARKER, 1)
+    result = final.strip()
+    operands = re.findall(r"\d+", working.split("=")[0])  # "3+4=7\n" -> ["3", "4"]
+    wrong = [x for x in operands if x != result] or [str(int(result) + 1)]
+    return f"{working}{ANSWER_MARKER} {rng.choice(wrong)}"
+
+
+def sft_batch(tokenizer, prompts: list[str], completions: list[str]) -> dict:
+    """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` for supervised fine-tuning.
+
+    Each row is ``<bos> prompt completion <eos>``; labels copy the completion and its EOS and are
+    ``IGNORE_INDEX`` on the prompt and the padding. Right padding keeps positions 0, 1, 2, ... on
+    the real tokens, as ``generate`` numbers them later.
+    """
+    prompt_ids = tokenizer(prompts)["input_ids"]  # the post-processor adds <bos>
+    completion_ids = tokenizer(completions, add_special_tokens=False)["input_ids"]
+    rows = [p + c + [tokenizer.eos_token_id] for p, c in zip(prompt_ids, completion_ids)]
+    L = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), L), tokenizer.pad_token_id)  # (B, L)
+    labels = torch.full((len(rows), L), IGNORE_INDEX)  # (B, L)
+    attention_mask = torch.zeros((len(rows), L), dtype=torch.long)  # (B, L)
+    for i, (row, p) in enumerate(zip(rows, prompt_ids)):
+        input_ids[i, : len(row)] = torch.tensor(row)
+        labels[i, len(p) : len(row)] = torch.tensor(row[len(p) :])
+        attention_mask[i, : len(row)] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+@torch.no_grad()
+def generate_completions(model, tokenizer, records: list[dict], temperature: float = 1.0, greedy: bool = False,
+                         max_new_tokens: int = 24, batch_size: int = 256, seed: int | None = None) -> list[str]:  # fmt: skip
+    """The decoded completion of each record's prompt ``question + "\\n"`` (left-padded, stops at EOS).
+
+    Samples from softmax(logits / temperature) with no top-k / top-p (PPO's sampling distribution),
+    or decodes greedily with ``greedy=True``. ``seed`` makes sampling reproducible without touching
+    the global RNG.
+    """
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens, do_sample=not greedy, temperature=None if greedy else temperature,
+        top_k=None if greedy else 0, top_p=None if greedy else 1.0, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+    )  # fmt: skip
+    was_training, texts = model.training, []
+    model.eval()
+    with torch.random.fork_rng(devices=[], enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        for start in range(0, len(records), batch_size):
+            chunk = records[start : start + batch_size]
+            batch = tokenizer([build_prompt(r["question"]) for r in chunk], return_tensors="pt", padding=True)
+            out = model.generate(**batch, generation_config=config)  # (B, P + T), pad after EOS
+            texts += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    model.train(was_training)
+    return texts
+
+
+def evaluate_accuracy(model, tokenizer, records: list[dict], temperature: float = 1.0, greedy: bool = False,
+                      max_new_tokens: int = 24, batch_size: int = 256, seed: int | None = None) -> float:  # fmt: skip
+    """Share of ``records`` whose generated final answer (the number after the last ``####``) is right."""
+    texts = generate_completions(model, tokenizer, records, temperature, greedy, max_new_tokens, batch_size, seed)
+    return sum(is_correct(t, r["answer"]) for t, r in zip(texts, records)) / max(len(records), 1)
+
+
+def _scores(texts: list[str], records: list[dict]) -> dict:
+    """Final-answer accuracy and working-line accuracy (first line equal to the gold working line)."""
+    n = max(len(records), 1)
+    return {
+        "accuracy": sum(is_correct(t, r["answer"]) for t, r in zip(texts, records)) / n,
+        "working_line_accuracy": sum(t.split("\n")[0] == r["answer"].split("\n")[0] for t, r in zip(texts, records)) / n,
+    }
+
+
+def settings_hash(settings: dict) -> str:
+    """A short stable hash of the settings (and ``WARMSTART_VERSION``): the cache folder's key."""
+    blob = json.dumps({**settings, "version": WARMSTART_VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _train(settings: dict, progress: bool) -> tuple:
+    """Build the task, tokenizer and model; run the supervised steps. Returns (model, tokenizer, test, losses)."""
+    s = settings
+    torch.manual_seed(s["seed"])
+    rng = random.Random(s["seed"])
+    train, test = make_synthetic_task(s["seed"], n_train=s["n_train"], n_test=s["n_test"])
+    tokenizer = build_char_tokenizer(SYNTHETIC_ALPHABET)
+    model = build_tiny_model(tokenizer, s["arch"], **s["size"]).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"], weight_decay=0.0, betas=(0.9, 0.98))
+    scheduler = get_cosine_schedule_with_warmup(optimizer, max(1, s["steps"] // 10), s["steps"])
+    losses = []
+    steps = range(s["steps"])
+    if progress:
+        from tqdm.auto import tqdm
+
+        steps = tqdm(steps, desc="warm start", leave=False)
+    for _ in steps:
+        records = rng.sample(train, s["batch_size"])
+        completions = [noisy_answer(r["answer"], rng, s["answer_noise"]) for r in records]
+        batch = sft_batch(tokenizer, [build_prompt(r["question"]) for r in records], completions)
+        loss = model(**batch).loss  # mean cross-entropy over the completion tokens
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(round(loss.item(), 4))
+    return model.eval(), tokenizer, test, losses
+
+
+def _evaluate(model, tokenizer, records: list[dict], seed: int) -> dict:
+    """Held-out scores of the warm-started model, sampled at temperature 1 and greedy."""
+    sampled = _scores(generate_completions(model, tokenizer, records, seed=seed), records)
+    greedy = _scores(generate_completions(model, tokenizer, records, greedy=True), records)
+    return {
+        "heldout_sampled_accuracy": sampled["accuracy"], "heldout_greedy_accuracy": greedy["accuracy"],
+        "heldout_sampled_working_line_accuracy": sampled["working_line_accuracy"],
+        "heldout_greedy_working_line_accuracy": greedy["working_line_accuracy"], "eval_samples": len(records),
+    }  # fmt: skip
+
+
+def _save_atomically(model, tokenizer, report: dict, final: Path, replace: bool) -> None:
+    """Write into a temporary sibling folder, then rename it to ``final`` in one step."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}-tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_tiny(model, tokenizer, tmp)
+    (tmp / "warmstart.json").write_text(json.dumps(report, indent=2) + "\n")
+    if replace and final.exists():
+        shutil.rmtree(final)
+    try:
+        tmp.rename(final)
+    except OSError:  # another process finished the same settings first: keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def warm_start(out_dir: str | Path, seed: int = 0, steps: int = 400, batch_size: int = 16, lr: float = 2e-3,
+               answer_noise: float = 0.75, arch: str = "llama", n_train: int = 4000, n_test: int = 500,
+               size: dict | None = None, eval_samples: int = 256, force: bool = False,
+               progress: bool = True) -> Path:  # fmt: skip
+    """Train (or reuse) the warm-started tiny model; returns its folder ``out_dir/warmstart-<hash>``.
+
+    Args:
+        out_dir: the cache folder; each setting gets its own ``warmstart-<hash>`` inside it.
+        seed: seeds the synthetic task (the same split the PPO run uses), the init and the batches.
+        steps, batch_size, lr: supervised steps, sequences per step, peak AdamW learning rate
+            (linear warm-up over the first 10 % of steps, cosine decay to 0).
+        answer_noise: share of targets whose final number is replaced by an operand (``noisy_answer``).
+        arch, size: the model (``ppo_core.tiny.build_tiny_model``); ``size`` overrides the default size.
+        n_train, n_test: sizes of the synthetic splits (``make_synthetic_task``).
+        eval_samples: held-out problems scored after training (recorded, not part of the cache key).
+        force: retrain even if the cache holds this setting.
+
+    The folder loads with ``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained``
+    (or ``ppo_core.tiny.load_tiny``) and holds ``warmstart.json``: the settings, the loss curve,
+    times, parameter count, peak RSS, and held-out accuracies sampled at temperature 1 and greedy,
+    of the final answer and of the working line. Training runs with the global torch RNG saved and
+    restored, so a cache miss does not change the caller's random stream.
+    """
+    settings = dict(seed=seed, steps=steps, batch_size=batch_size, lr=lr, answer_noise=answer_noise, arch=arch,
+                    n_train=n_train, n_test=n_test, size=dict(sorted(model_size(arch, size).items())))  # fmt: skip
+    final = Path(out_dir).expanduser() / f"warmstart-{settings_hash(settings)}"
+    if (final / "warmstart.json").is_file() and not force:
+        return final
+    start = time.perf_counter()
+    with torch.random.fork_rng(devices=[]):
+        model, tokenizer, test, losses = _train(settings, progress)
+        train_s = time.perf_counter() - start
+        scores = _evaluate(model, tokenizer, test[:eval_samples], seed)
+    report = dict(settings=settings, losses=losses, train_seconds=round(train_s, 2),
+                  total_seconds=round(time.perf_counter() - start, 2), n_parameters=count_parameters(model),
+                  peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                  torch_threads=torch.get_num_threads(), **scores)  # fmt: skip
+    _save_atomically(model, tokenizer, report, final, replace=force)
+    return final

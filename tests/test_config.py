@@ -1,0 +1,50 @@
+import pytest
+
+from ppo_core.config import Config, ConfigError, load_config
+
+
+def test_presets_parse():
+    cpu, cuda = load_config("cpu"), load_config("cuda")
+    assert isinstance(cpu, Config) and cpu.model.name_or_path == "tiny" and cpu.model.device == "cpu"
+    assert cuda.model.dtype == "bfloat16" and cuda.ppo.optimizer == "adamw8bit" and cuda.ppo.grad_accum_steps > 1
+    assert cuda.data.task == "gsm8k"
+
+
+def test_dotted_overrides_are_typed():
+    cfg = load_config("cpu", ["ppo.lr=3e-4", "train.steps=7", "ppo.adaptive_kl=true", "data.task=gsm8k"])
+    assert cfg.ppo.lr == 3e-4 and cfg.train.steps == 7 and cfg.ppo.adaptive_kl is True and cfg.data.task == "gsm8k"
+
+
+def test_yaml_file(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("ppo:\n  clip_eps: 0.1\ntrain:\n  steps: 3\n")
+    cfg = load_config(str(path))
+    assert cfg.ppo.clip_eps == 0.1 and cfg.train.steps == 3 and cfg.model.name_or_path == "tiny"
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("ppo.clip_epz=0.1", "did you mean 'ppo.clip_eps'"),
+        ("rollout.temprature=1", "did you mean 'rollout.temperature'"),
+        ("ppo.lr=fast", "ppo.lr"),
+        ("ppo.clip_eps=-0.2", "clip_eps must be > 0"),
+        ("ppo.lam=1.5", "lam must be in [0, 1]"),
+        ("ppo.gamma=0", "gamma must be in (0, 1]"),
+        ("rollout.temperature=0", "temperature must be > 0"),
+        ("ppo.lr=0", "lr must be > 0"),
+        ("ppo.minibatch_size=48", "multiple of ppo.minibatch_size"),
+        ("ppo.grad_accum_steps=5", "multiple of ppo.grad_accum_steps"),
+        ("ppo.kl_estimator=k4", "k1, k2 or k3"),
+        ("noequals", "key=value"),
+    ],
+)
+def test_bad_config_is_one_clear_line(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config("cpu", [override])
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unknown_preset():
+    with pytest.raises(ConfigError, match="no preset or file"):
+        load_config("nope")

@@ -1,0 +1,153 @@
+"""End-to-end: the CLI, checkpoints, resume, the ratio check, the optimizers."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ppo_core.config import ConfigError, load_config
+from ppo_core.metrics import read_metrics
+from ppo_core.train import main
+from ppo_core.trainer import PPOTrainer
+from ppo_core.update import RatioCheckError, minibatch_update
+
+STEP_KEYS = [
+    "rollout/reward_mean", "rollout/correct_rate", "rollout/response_length", "rollout/eos_rate",
+    "loss/policy", "loss/value", "loss/entropy", "loss/total", "params/policy_clipfrac", "params/value_clipfrac",
+    "params/approx_kl", "params/kl_to_ref", "params/grad_norm", "params/explained_variance", "params/kl_coef",
+    "time/rollout", "time/score", "time/update",
+]
+
+
+def test_cli_two_step_smoke_run(tiny_model_path, tiny_overrides, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(tiny_overrides(tiny_model_path, out, 2, "train.save_every=1")) == 0
+    steps = [r for r in read_metrics(out) if "rollout/reward_mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for key in STEP_KEYS:
+        assert all(key in r for r in steps), key
+    for name in ("effective_config.yaml", "dashboard.png", "samples.jsonl", "summary.json", "final/value_head.pt", "final/optimizer.pt"):
+        assert (out / name).exists(), name
+    assert list((out / "tb").glob("events.out.tfevents.*"))
+    assert sorted(p.name for p in out.glob("step_*")) == ["step_1", "step_2"]
+    AutoModelForCausalLM.from_pretrained(out / "final")  # checkpoints load like any hub model
+    AutoTokenizer.from_pretrained(out / "final")
+    assert "held-out sampled accuracy" in capsys.readouterr().out
+
+
+def test_keep_last_prunes(tiny_model_path, tiny_overrides, tmp_path):
+    out = tmp_path / "run"
+    assert main(tiny_overrides(tiny_model_path, out, 3, "train.save_every=1", "train.keep_last=1")) == 0
+    assert sorted(p.name for p in out.glob("step_*")) == ["step_3"]
+
+
+def test_resume_continues_step_count_and_matches_uninterrupted(tiny_model_path, tiny_overrides, tmp_path):
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert main(tiny_overrides(tiny_model_path, full, 3, "train.save_every=1")) == 0
+    assert main(tiny_overrides(tiny_model_path, part, 2, "train.save_every=1")) == 0
+    assert main(tiny_overrides(tiny_model_path, part, 3, "train.save_every=1", f"train.resume={part / 'step_2'}")) == 0
+    a = [r for r in read_metrics(full) if "rollout/reward_mean" in r]
+    b = [r for r in read_metrics(part) if "rollout/reward_mean" in r]
+    assert [r["step"] for r in b] == [1, 2, 3]
+    assert json.loads((part / "final" / "trainer_state.json").read_text())["step"] == 3
+    drop = lambda r: {k: v for k, v in r.items() if not k.startswith("time/")}  # noqa: E731
+    assert drop(a[2]) == drop(b[2])  # same seed: the resumed step 3 equals the uninterrupted one
+
+
+def test_resume_auto_picks_latest(tiny_model_path, tiny_overrides, tmp_path):
+    out = tmp_path / "run"
+    assert main(tiny_overrides(tiny_model_path, out, 2, "train.save_every=1")) == 0
+    cfg = load_config("cpu", tiny_overrides(tiny_model_path, out, 2, "train.resume=auto"))
+    assert PPOTrainer(cfg).step_count == 2
+
+
+def test_bad_input_exits_nonzero_with_one_line(tiny_model_path, tiny_overrides, tmp_path, capsys):
+    assert main(tiny_overrides(tiny_model_path, tmp_path / "r", 1, "ppo.clip_epss=0.1")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "ppo.clip_eps" in err and "\n" not in err
+    assert main(tiny_overrides(str(tmp_path / "missing"), tmp_path / "r", 1)) == 2
+    assert "model.name_or_path" in capsys.readouterr().err
+
+
+def _trainer(tiny_model_path, tmp_path, *extra):
+    from conftest import _tiny_overrides
+
+    return PPOTrainer(load_config("cpu", _tiny_overrides(tiny_model_path, tmp_path / "run", 1, *extra)))
+
+
+def test_ratio_check_fires_when_training_forward_differs(tiny_model_path, tiny_overrides, tmp_path):
+    """With a different temperature in the update than at rollout, the first ratio is not 1: caught."""
+    tr = _trainer(tiny_model_path, tmp_path, "rollout.temperature=0.7")
+    tr.step()  # the normal path passes the check
+    records = tr.prompt_batch(2)
+    from ppo_core.rollout import sample, score
+
+    ro = sample(tr.actor.lm, tr.tokenizer, tr.prompts(records), 8, 0.7)
+    score(tr.actor, tr.ref, ro, 0.7, 4)
+    mb = {"input_ids": ro.input_ids, "attention_mask": ro.attention_mask, "response_ids": ro.response_ids,
+          "mask": ro.mask, "old_logprobs": ro.logprobs, "old_values": ro.values,
+          "advantages": torch.ones_like(ro.values), "returns": torch.zeros_like(ro.values), "keep": ro.keep}
+    minibatch_update(tr.actor, tr.optimizer, mb, temperature=0.7, ratio_tol=1e-4)  # consistent: passes
+    ro2 = sample(tr.actor.lm, tr.tokenizer, tr.prompts(records), 8, 0.7)
+    score(tr.actor, tr.ref, ro2, 0.7, 4)
+    mb.update(input_ids=ro2.input_ids, attention_mask=ro2.attention_mask, response_ids=ro2.response_ids,
+              mask=ro2.mask, old_logprobs=ro2.logprobs, old_values=ro2.values, keep=ro2.keep,
+              advantages=torch.ones_like(ro2.values), returns=torch.zeros_like(ro2.values))
+    with pytest.raises(RatioCheckError, match="temperature"):
+        minibatch_update(tr.actor, tr.optimizer, mb, temperature=1.0, ratio_tol=1e-4)
+
+
+def test_adamw8bit_steps_on_cpu_like_adamw(tiny_model_path, tiny_overrides, tmp_path):
+    pytest.importorskip("bitsandbytes")
+    import bitsandbytes as bnb
+
+    from ppo_core.setup import build_optimizer
+
+    results = []
+    for name in ("adamw", "adamw8bit"):
+        tr = _trainer(tiny_model_path, tmp_path, f"ppo.optimizer={name}", "train.tensorboard=false")
+        if name == "adamw8bit":
+            assert isinstance(tr.optimizer, bnb.optim.AdamW8bit)
+        torch.manual_seed(0)
+        x = torch.randint(3, 20, (4, 12))
+        for _ in range(5):
+            logits, values = tr.actor(x, torch.ones_like(x))
+            loss = logits.float().logsumexp(-1).mean() + values.pow(2).mean()
+            loss.backward()
+            tr.optimizer.step()
+            tr.optimizer.zero_grad()
+        results.append(torch.cat([p.detach().flatten() for p in tr.actor.parameters()]))
+        assert isinstance(build_optimizer(tr.actor, tr.cfg.ppo), type(tr.optimizer))
+    moved = (results[0] - results[1]).abs().max().item()
+    assert moved < 5e-3  # same direction and size of update, up to 8-bit state quantisation
+
+
+def test_cuda_preset_without_gpu():
+    cfg = load_config("cuda")
+    assert cfg.model.device == "cuda"
+    if not torch.cuda.is_available():
+        from ppo_core.setup import resolve_device
+
+        with pytest.raises(ConfigError, match="no CUDA GPU"):
+            resolve_device("cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_code_path_random_qwen(tmp_path):
+    """The cuda preset's path (bf16, 8-bit AdamW, accumulation) on a random Qwen2-shaped model."""
+    from transformers import Qwen2Config
+
+    from ppo_core.synthetic import SYNTHETIC_ALPHABET
+    from ppo_core.tiny import build_char_tokenizer, save_tiny
+
+    tok = build_char_tokenizer(SYNTHETIC_ALPHABET)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, pad_token_id=tok.pad_token_id,
+                      eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)
+    path = save_tiny(AutoModelForCausalLM.from_config(cfg), tok, tmp_path / "qwen")
+    overrides = [f"model.name_or_path={path}", "data.task=synthetic", "data.prompt_style=plain",
+                 f"train.output_dir={tmp_path / 'run'}", "train.steps=2", "rollout.batch_size=16",
+                 "ppo.minibatch_size=8", "ppo.grad_accum_steps=2", "rollout.max_new_tokens=16",
+                 "train.eval_samples=16", "data.n_train=64", "data.n_test=16", "train.progress=false"]
+    assert main(["--config", "cuda", *overrides]) == 0
