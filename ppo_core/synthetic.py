@@ -36,8 +36,8 @@ TRAIN_OBJECTS = ("apples", "books", "cards", "coins", "cups", "eggs", "hats", "k
                  "stamps")  # fmt: skip
 TEST_OBJECTS = ("beads", "bells", "dolls", "kites", "marbles", "plums")
 
-# {n} name, {a} {b} operands, {o} object. Two phrasings per operation, kept short: prompt tokens are
-# most of the compute in every forward pass.
+# {n} name, {a} {b} operands, {o} object (plural; every object name drops a final "s" for one).
+# Two phrasings per operation, kept short: prompt tokens are most of the compute in every forward pass.
 _ADD_TEMPLATES = (
     "{n} has {a} {o} and gets {b} more. How many now?",
     "{n} had {a} {o} and found {b} more. How many now?",
@@ -57,21 +57,24 @@ def _problem(rng: random.Random, names: tuple, objects: tuple) -> dict:
         a = rng.randrange(10)
         b = rng.randrange(a + 1)
         op, result, template = "-", a - b, rng.choice(_SUB_TEMPLATES)
-    question = template.format(n=rng.choice(names), a=a, b=b, o=rng.choice(objects))
+    obj = rng.choice(objects)
+    question = template.format(n=rng.choice(names), a=a, b=b, o=obj[:-1] if a == 1 else obj)
     return {"question": question, "answer": f"{a}{op}{b}={result}\n#### {result}"}
 
 
 def _unique_problems(rng: random.Random, n: int, names: tuple, objects: tuple) -> list[dict]:
-    """``n`` records with distinct questions (redraws on a repeat)."""
+    """``n`` records with distinct questions (a repeat is drawn again)."""
+    per_fact = len(names) * len(objects)
+    distinct = per_fact * (len(_ADD_TEMPLATES) * 100 + len(_SUB_TEMPLATES) * 55)
+    if n > distinct // 2:  # beyond half, redrawing repeats gets slow
+        raise ValueError(f"asked for {n} distinct problems; at most {distinct // 2} of the {distinct} possible")
     seen, records = set(), []
-    for _ in range(50 * n):
-        if len(records) == n:
-            return records
+    while len(records) < n:
         record = _problem(rng, names, objects)
         if record["question"] not in seen:
             seen.add(record["question"])
             records.append(record)
-    raise ValueError(f"could not draw {n} distinct problems; ask for fewer")
+    return records
 
 
 def make_synthetic_task(seed: int = 0, n_train: int = 4000, n_test: int = 500) -> tuple[list[dict], list[dict]]:

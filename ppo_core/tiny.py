@@ -6,7 +6,7 @@ nothing. So we build both halves from scratch with the same libraries a real run
 * a **character-level tokenizer** from the ``tokenizers`` library (one token per character, plus
   ``<pad>``, ``<bos>``, ``<eos>``, ``<unk>``), wrapped as a transformers fast tokenizer with left
   padding and a post-processor that puts ``<bos>`` in front of every encoded text;
-* a **tiny Llama-shaped model** (about 1-2 M parameters) from a transformers config.
+* a **tiny Llama-shaped model** (about 1.2 M parameters: two wide layers) from a transformers config.
 
 Both save with ``save_pretrained`` and load back with the plain Auto classes, so the trainer treats
 this model exactly like a hub checkpoint. Two traps this module avoids, measured with
@@ -26,7 +26,8 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrainedTokenizerFast
 
-__all__ = ["SPECIAL_TOKENS", "DEFAULT_SIZES", "model_size", "build_char_tokenizer", "build_tiny_model", "save_tiny", "load_tiny", "count_parameters"]
+__all__ = ["SPECIAL_TOKENS", "DEFAULT_SIZES", "model_size", "build_char_tokenizer", "build_tiny_model",
+           "count_parameters", "save_tiny", "load_tiny"]
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 """Ids 0-3, in this order. Padding is its own token, never EOS, so a real EOS is never masked out."""

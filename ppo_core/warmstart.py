@@ -48,6 +48,13 @@ WARMSTART_VERSION = 1
 IGNORE_INDEX = -100
 """The label transformers' cross-entropy skips (prompt and padding positions)."""
 
+ADAM_BETAS = (0.9, 0.98)
+"""AdamW betas of the warm start: a shorter second-moment memory than 0.999 suits a few hundred steps."""
+MAX_GRAD_NORM = 1.0
+"""Global gradient-norm clip of the warm start."""
+WARMUP_FRACTION = 0.1
+"""Share of the warm-start steps spent ramping the learning rate up from 0 (then cosine decay to 0)."""
+
 
 def noisy_answer(answer: str, rng: random.Random, answer_noise: float) -> str:
     """With probability ``answer_noise``, replace the final number by an operand of the working line.
@@ -88,7 +95,8 @@ def sft_batch(tokenizer, prompts: list[str], completions: list[str]) -> dict:
 
 @torch.no_grad()
 def generate_completions(model, tokenizer, records: list[dict], temperature: float = 1.0, greedy: bool = False,
-                         max_new_tokens: int = 24, batch_size: int = 256, seed: int | None = None) -> list[str]:  # fmt: skip
+                         max_new_tokens: int = 24, batch_size: int = 256,
+                         seed: int | None = None) -> list[str]:  # fmt: skip
     """The decoded completion of each record's prompt ``question + "\\n"`` (left-padded, stops at EOS).
 
     Samples from softmax(logits / temperature) with no top-k / top-p (PPO's sampling distribution),
@@ -107,7 +115,8 @@ def generate_completions(model, tokenizer, records: list[dict], temperature: flo
             torch.manual_seed(seed)
         for start in range(0, len(records), batch_size):
             chunk = records[start : start + batch_size]
-            batch = tokenizer([build_prompt(r["question"]) for r in chunk], return_tensors="pt", padding=True)
+            prompts = [build_prompt(r["question"]) for r in chunk]
+            batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")  # (B, P)
             out = model.generate(**batch, generation_config=config)  # (B, P + T), pad after EOS
             texts += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
     model.train(was_training)
@@ -124,9 +133,10 @@ def evaluate_accuracy(model, tokenizer, records: list[dict], temperature: float 
 def _scores(texts: list[str], records: list[dict]) -> dict:
     """Final-answer accuracy and working-line accuracy (first line equal to the gold working line)."""
     n = max(len(records), 1)
+    pairs = list(zip(texts, [r["answer"] for r in records]))
     return {
-        "accuracy": sum(is_correct(t, r["answer"]) for t, r in zip(texts, records)) / n,
-        "working_line_accuracy": sum(t.split("\n")[0] == r["answer"].split("\n")[0] for t, r in zip(texts, records)) / n,
+        "accuracy": sum(is_correct(text, gold) for text, gold in pairs) / n,
+        "working_line_accuracy": sum(text.split("\n")[0] == gold.split("\n")[0] for text, gold in pairs) / n,
     }
 
 
@@ -136,16 +146,20 @@ def settings_hash(settings: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def _train(settings: dict, progress: bool) -> tuple:
-    """Build the task, tokenizer and model; run the supervised steps. Returns (model, tokenizer, test, losses)."""
+def _task_digest(records: list[dict]) -> str:
+    """A hash of the task's records: editing the synthetic task's templates invalidates the cache."""
+    return hashlib.sha256(json.dumps(records, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _train(settings: dict, train: list[dict], progress: bool) -> tuple:
+    """Build the tokenizer and model; run the supervised steps. Returns (model, tokenizer, losses)."""
     s = settings
     torch.manual_seed(s["seed"])
     rng = random.Random(s["seed"])
-    train, test = make_synthetic_task(s["seed"], n_train=s["n_train"], n_test=s["n_test"])
     tokenizer = build_char_tokenizer(SYNTHETIC_ALPHABET)
     model = build_tiny_model(tokenizer, s["arch"], **s["size"]).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"], weight_decay=0.0, betas=(0.9, 0.98))
-    scheduler = get_cosine_schedule_with_warmup(optimizer, max(1, s["steps"] // 10), s["steps"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"], weight_decay=0.0, betas=ADAM_BETAS)
+    scheduler = get_cosine_schedule_with_warmup(optimizer, max(1, int(WARMUP_FRACTION * s["steps"])), s["steps"])
     losses = []
     steps = range(s["steps"])
     if progress:
@@ -158,12 +172,12 @@ def _train(settings: dict, progress: bool) -> tuple:
         batch = sft_batch(tokenizer, [build_prompt(r["question"]) for r in records], completions)
         loss = model(**batch).loss  # mean cross-entropy over the completion tokens
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(round(loss.item(), 4))
-    return model.eval(), tokenizer, test, losses
+    return model.eval(), tokenizer, losses
 
 
 def _evaluate(model, tokenizer, records: list[dict], seed: int) -> dict:
@@ -192,7 +206,7 @@ def _save_atomically(model, tokenizer, report: dict, final: Path, replace: bool)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def warm_start(out_dir: str | Path, seed: int = 0, steps: int = 400, batch_size: int = 16, lr: float = 2e-3,
+def warm_start(out_dir: str | Path, seed: int = 0, steps: int = 450, batch_size: int = 16, lr: float = 2e-3,
                answer_noise: float = 0.75, arch: str = "llama", n_train: int = 4000, n_test: int = 500,
                size: dict | None = None, eval_samples: int = 256, force: bool = False,
                progress: bool = True) -> Path:  # fmt: skip
@@ -215,18 +229,21 @@ def warm_start(out_dir: str | Path, seed: int = 0, steps: int = 400, batch_size:
     of the final answer and of the working line. Training runs with the global torch RNG saved and
     restored, so a cache miss does not change the caller's random stream.
     """
+    train, test = make_synthetic_task(seed, n_train=n_train, n_test=n_test)
     settings = dict(seed=seed, steps=steps, batch_size=batch_size, lr=lr, answer_noise=answer_noise, arch=arch,
-                    n_train=n_train, n_test=n_test, size=dict(sorted(model_size(arch, size).items())))  # fmt: skip
+                    n_train=n_train, n_test=n_test, size=dict(sorted(model_size(arch, size).items())),
+                    task=_task_digest(train + test))  # fmt: skip
     final = Path(out_dir).expanduser() / f"warmstart-{settings_hash(settings)}"
     if (final / "warmstart.json").is_file() and not force:
         return final
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     with torch.random.fork_rng(devices=[]):
-        model, tokenizer, test, losses = _train(settings, progress)
+        model, tokenizer, losses = _train(settings, train, progress)
         train_s = time.perf_counter() - start
         scores = _evaluate(model, tokenizer, test[:eval_samples], seed)
     report = dict(settings=settings, losses=losses, train_seconds=round(train_s, 2),
-                  total_seconds=round(time.perf_counter() - start, 2), n_parameters=count_parameters(model),
+                  total_seconds=round(time.perf_counter() - start, 2),
+                  cpu_seconds=round(time.process_time() - start_cpu, 2), n_parameters=count_parameters(model),
                   peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                   torch_threads=torch.get_num_threads(), **scores)  # fmt: skip
     _save_atomically(model, tokenizer, report, final, replace=force)

@@ -21,7 +21,7 @@ from ..losses import entropy_loss, policy_loss, value_loss
 from ..masking import masked_whiten
 from ..model import ActorWithValueHead, position_ids_from_mask
 from ..update import RatioCheckError, minibatch_update
-from ._common import CheckFailure, call, checker, expect_close
+from ._common import CheckFailure, NotImplementedYet, call, checker, expect_close
 
 __all__ = ["check_minibatch_update"]
 
@@ -70,7 +70,10 @@ def _tiny_actor(arch: str, seed: int):
     from ..tiny import build_char_tokenizer, build_tiny_model
 
     tokenizer = build_char_tokenizer("abcdefgh 0123456789=+#")
-    size = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2) if arch == "llama" else dict(n_embd=16, n_layer=2, n_head=2)
+    if arch == "llama":
+        size = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2)
+    else:
+        size = dict(n_embd=16, n_layer=2, n_head=2)
     with torch.random.fork_rng(devices=[]):  # leave the learner's global RNG alone
         torch.manual_seed(seed)
         lm = build_tiny_model(tokenizer, arch, **size)
@@ -381,7 +384,7 @@ def _check_ratio_tol(fn, actor, tokenizer, spec) -> None:
         call(fn, second, _RecordingAdamW(second.parameters(), lr=LR), _fresh(moved), **kw)
     except RatioCheckError:
         return
-    except NotImplementedError:
+    except NotImplementedYet:
         raise
     except Exception as err:  # noqa: BLE001 - any other exception is the wrong kind
         raise CheckFailure(f"raised {type(err).__name__} ({err}); raise ppo_core.update.RatioCheckError, which the trainer expects. Case: {case}") from None

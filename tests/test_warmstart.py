@@ -1,0 +1,157 @@
+import json
+import random
+import re
+import time
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ppo_core import warmstart
+from ppo_core.rewards import extract_answer
+from ppo_core.synthetic import SYNTHETIC_ALPHABET, make_synthetic_task
+from ppo_core.tiny import build_char_tokenizer, build_tiny_model
+from ppo_core.warmstart import (
+    IGNORE_INDEX,
+    evaluate_accuracy,
+    generate_completions,
+    noisy_answer,
+    sft_batch,
+    warm_start,
+)
+
+# Seconds-long settings: a ~30 k-parameter model, 20 steps.
+FAST = dict(steps=20, batch_size=8, lr=1e-2, n_train=200, n_test=20, eval_samples=4, progress=False,
+            size=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2))  # fmt: skip
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny matrices gain nothing from a second thread, and two threads crawl on a busy machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer(SYNTHETIC_ALPHABET)
+
+
+@pytest.fixture(scope="module")
+def cached(tmp_path_factory):
+    """One fast warm start, shared by the tests that only read it."""
+    out = tmp_path_factory.mktemp("cache")
+    start = time.perf_counter()
+    path = warm_start(out, **FAST)
+    return out, path, time.perf_counter() - start
+
+
+def test_sft_batch_scores_only_the_completion_and_its_eos(tok):
+    batch = sft_batch(tok, ["ab\n", "abcd\n"], ["1+2=3\n#### 3", "7"])
+    ids, labels, attn = batch["input_ids"], batch["labels"], batch["attention_mask"]
+    assert ids.shape == labels.shape == attn.shape == (2, 1 + 3 + 12 + 1)
+    eos, bos, pad = tok.eos_token_id, tok.bos_token_id, tok.pad_token_id
+    # row 0: <bos> a b \n | 1 + 2 = 3 \n # # # # space 3 <eos>   (no padding: the longest row)
+    assert ids[0, 0] == bos and (labels[0, :4] == IGNORE_INDEX).all()
+    assert tok.decode(labels[0, 4:-1]) == "1+2=3\n#### 3" and labels[0, -1] == eos
+    # row 1: <bos> a b c d \n | 7 <eos> | padding on the right, never scored
+    assert (labels[1, :6] == IGNORE_INDEX).all() and labels[1, 6:8].tolist() == [tok.convert_tokens_to_ids("7"), eos]
+    assert (labels[1, 8:] == IGNORE_INDEX).all() and (ids[1, 8:] == pad).all()
+    assert attn[1].tolist() == [1] * 8 + [0] * 9 and attn[0].all()
+
+
+def test_noisy_answer_swaps_the_final_number_for_an_operand():
+    rng = random.Random(0)
+    answer = "3+4=7\n#### 7"
+    assert noisy_answer(answer, rng, 0.0) == answer
+    for _ in range(50):
+        noisy = noisy_answer(answer, rng, 1.0)
+        assert noisy.startswith("3+4=7\n#### ") and extract_answer(noisy) in ("3", "4")
+    assert extract_answer(noisy_answer("5-0=5\n#### 5", rng, 1.0)) == "0"  # the operand equal to 5 is skipped
+    assert extract_answer(noisy_answer("0+0=0\n#### 0", rng, 1.0)) == "1"
+    share = sum(noisy_answer(answer, rng, 0.75) != answer for _ in range(4000)) / 4000
+    assert abs(share - 0.75) < 0.03
+
+
+def test_evaluate_accuracy_scores_the_final_answer(tok, monkeypatch):
+    records = make_synthetic_task(0, 4, 1)[0]
+    golds = [r["answer"] for r in records]
+    monkeypatch.setattr(warmstart, "generate_completions", lambda *a, **k: golds)
+    assert evaluate_accuracy(None, tok, records) == 1.0
+    wrong = [g.split("####")[0] + "#### 99" for g in golds[:2]] + golds[2:]  # right working, wrong final
+    monkeypatch.setattr(warmstart, "generate_completions", lambda *a, **k: wrong)
+    assert evaluate_accuracy(None, tok, records) == 0.5
+
+
+def test_generate_completions_is_reproducible_and_leaves_the_global_rng(tok):
+    torch.manual_seed(0)
+    model = build_tiny_model(tok, **FAST["size"])
+    records = make_synthetic_task(0, 6, 1)[0]
+    state = torch.get_rng_state()
+    a = generate_completions(model, tok, records, max_new_tokens=6, seed=3)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert a == generate_completions(model, tok, records, max_new_tokens=6, seed=3)
+    assert all(len(t) <= 6 and "<" not in t for t in a)  # no prompt, no special tokens
+    greedy = generate_completions(model, tok, records, greedy=True, max_new_tokens=6)
+    assert greedy == generate_completions(model, tok, records, greedy=True, max_new_tokens=6)
+    one_by_one = [generate_completions(model, tok, [r], greedy=True, max_new_tokens=6)[0] for r in records]
+    assert greedy == one_by_one  # left padding does not change what a prompt generates
+    assert 0.0 <= evaluate_accuracy(model, tok, records, max_new_tokens=6, seed=0) <= 1.0
+
+
+def test_warm_start_saves_a_loadable_model_and_a_report(cached):
+    _, path, _ = cached
+    assert re.fullmatch(r"warmstart-[0-9a-f]{12}", path.name)
+    report = json.loads((path / "warmstart.json").read_text())
+    assert report["settings"]["steps"] == 20 and len(report["losses"]) == 20
+    for key in ("heldout_sampled_accuracy", "heldout_greedy_accuracy", "heldout_sampled_working_line_accuracy"):
+        assert 0.0 <= report[key] <= 1.0
+    assert report["n_parameters"] > 0 and report["peak_rss_mb"] > 0
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path)
+    assert not model.training and tok.padding_side == "left" and tok.pad_token_id != tok.eos_token_id
+
+
+def test_loss_decreases_over_a_short_warm_start(cached):
+    losses = json.loads((cached[1] / "warmstart.json").read_text())["losses"]
+    assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:3]) / 3
+
+
+def test_second_call_reuses_the_cache(cached):
+    out, path, first_s = cached
+    mtime = (path / "warmstart.json").stat().st_mtime_ns
+    start = time.perf_counter()
+    again = warm_start(out, **FAST)
+    assert again == path and (path / "warmstart.json").stat().st_mtime_ns == mtime
+    assert time.perf_counter() - start < first_s / 2
+    assert [p.name for p in out.iterdir()] == [path.name]  # no temporary folder left behind
+
+
+def test_cache_key_follows_every_setting(cached):
+    out, path, _ = cached
+    settings = json.loads((path / "warmstart.json").read_text())["settings"]
+    assert path.name == f"warmstart-{warmstart.settings_hash(settings)}"
+    bigger = {**settings["size"], "hidden_size": 48}
+    for change in (dict(lr=2e-2), dict(seed=1), dict(answer_noise=0.5), dict(steps=21), dict(batch_size=4),
+                   dict(arch="gpt2"), dict(n_train=201), dict(task="other"), dict(size=bigger)):  # fmt: skip
+        assert warmstart.settings_hash({**settings, **change}) != warmstart.settings_hash(settings), change
+    other = warm_start(out, **{**FAST, "answer_noise": 0.5})  # a real call trains into a new folder
+    assert other != path and (other / "warmstart.json").is_file()
+
+
+def test_force_retrains_in_place(tmp_path):
+    first = warm_start(tmp_path, **FAST)
+    mtime = (first / "warmstart.json").stat().st_mtime_ns
+    again = warm_start(tmp_path, force=True, **FAST)
+    assert again == first and (again / "warmstart.json").stat().st_mtime_ns != mtime
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]
+
+
+def test_a_cache_miss_does_not_move_the_global_rng(tmp_path):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    warm_start(tmp_path, **{**FAST, "steps": 2})
+    assert torch.equal(torch.rand(3), expected)
