@@ -1,7 +1,7 @@
 """Chapter 05 - the actor-critic: a causal LM with a value head, and its frozen reference copy.
 
-The value head is a single linear layer on the last hidden state (as in TRL and the InstructGPT
-line of work), not an MLP: the transformer trunk already computes rich features, a linear probe on
+The value head is a single linear layer on the last hidden state (as in TRL's value-head models),
+not an MLP: the transformer trunk already computes rich features, a linear probe on
 them is enough to predict the return, and a tiny zero-initialised head starts at V = 0 without
 disturbing the language model. It is kept in float32 even when the trunk runs in bf16, because
 values and returns are small differences of rewards that bf16 rounds badly.
