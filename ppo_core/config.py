@@ -36,7 +36,7 @@ class ModelConfig:
 class WarmStartConfig:
     """The supervised warm start of the tiny model (stands for the SFT stage of RLHF)."""
 
-    steps: int = 600
+    steps: int = 450
     """Supervised steps on the synthetic train split."""
     batch_size: int = 16
     """Sequences per supervised step."""
