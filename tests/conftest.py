@@ -28,3 +28,21 @@ def _tiny_overrides(model_path: str, out_dir, steps: int = 2, *extra: str) -> li
         "rollout.batch_size=8", "ppo.minibatch_size=4", "rollout.max_new_tokens=8",
         "data.n_train=64", "data.n_test=16", "train.eval_samples=8", "train.progress=false", *extra,
     ]
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny matrices gain nothing from a second thread, and two threads crawl on a busy machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """The synthetic task's character tokenizer."""
+    from ppo_core.synthetic import SYNTHETIC_ALPHABET
+    from ppo_core.tiny import build_char_tokenizer
+
+    return build_char_tokenizer(SYNTHETIC_ALPHABET)

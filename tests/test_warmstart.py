@@ -25,18 +25,7 @@ FAST = dict(steps=20, batch_size=8, lr=1e-2, n_train=200, n_test=20, eval_sample
             size=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2))  # fmt: skip
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matrices gain nothing from a second thread, and two threads crawl on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_char_tokenizer(SYNTHETIC_ALPHABET)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
