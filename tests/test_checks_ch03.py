@@ -117,8 +117,8 @@ def test_naive_loop_reference_matches_package():
 
 
 # ---------------------------------------------------------------- token_rewards, learner style
-def _rewards(scores, kl, mask, kl_coef, *, where="last_true", sign=-1.0, use_mask=True):
-    rewards = sign * kl_coef * kl
+def _rewards(scores, kl, mask, kl_coef, *, where="last_true", sign=-1.0, use_mask=True, use_coef=True):
+    rewards = sign * (kl_coef if use_coef else 1.0) * kl
     if use_mask:
         rewards = rewards * mask
     rewards = rewards.clone()
@@ -130,6 +130,8 @@ def _rewards(scores, kl, mask, kl_coef, *, where="last_true", sign=-1.0, use_mas
         rewards[:, 0] += scores
     elif where == "row_end":
         rewards[:, -1] += scores
+    elif where == "every":
+        rewards += scores[:, None] * mask
     elif where == "one_past":
         idx = mask.sum(dim=1)
         ok = idx < T
@@ -154,6 +156,8 @@ def test_token_rewards_checker_passes():
         (dict(where="one_past"), "one position too far"),
         (dict(sign=1.0), "flipped the sign of the KL penalty"),
         (dict(use_mask=False), "forgot the mask"),
+        (dict(use_coef=False), "forgot kl_coef"),
+        (dict(where="every"), "added the score to every response token"),
     ],
 )
 def test_token_rewards_checker_names_the_mistake(mistake, message):

@@ -15,6 +15,9 @@ import functools
 
 import torch
 
+from ..exercises import exercise_for_checker
+from ._progress import counts, exercise_label, record
+
 __all__ = ["CheckFailure", "NotImplementedYet", "checker", "call", "expect_close", "RESULTS"]
 
 # name of checker -> "passed" | "failed" | "not implemented", for a progress summary.
@@ -36,22 +39,34 @@ class NotImplementedYet(Exception):
 
 
 def checker(check_fn):
-    """Wrap a checker: friendly messages on pass / not implemented, results recorded in RESULTS."""
+    """Wrap a checker: friendly messages on pass / not implemented. Every outcome goes to RESULTS;
+    outcomes for the exercise's own function also go to the progress that ``checks.progress()`` shows."""
 
     @functools.wraps(check_fn)
     def wrapper(learner_fn, *args, verbose: bool = True, **kwargs):
         name = check_fn.__name__
+        label = exercise_label(name)
+
+        def note(status: str, detail: str = "") -> None:
+            RESULTS[name] = status
+            if counts(name, learner_fn):  # the exercise's own function, not a solution or a demo
+                record(name, status, detail)
+
         try:
             check_fn(learner_fn, *args, **kwargs)
-        except NotImplementedYet:
-            RESULTS[name] = "not implemented"
-            raise
+        except NotImplementedYet as e:
+            note("not implemented")
+            raise NotImplementedYet(f"{label}: {e}" if label else str(e)) from None
         except CheckFailure as e:
-            RESULTS[name] = "failed"
+            note("failed", str(e))
             raise CheckFailure(f"{name}: {e}") from None
-        RESULTS[name] = "passed"
+        except Exception as e:  # the learner's function crashed: keep the traceback, note the failure
+            note("failed", f"raised {type(e).__name__}: {e}")
+            raise
+        note("passed")
         if verbose:
-            print(f"\N{WHITE HEAVY CHECK MARK} {name} passed")
+            ex = exercise_for_checker(name)
+            print(f"\N{WHITE HEAVY CHECK MARK} {name} passed" + (f" (exercise {ex.id})" if ex else ""))
         return True
 
     return wrapper
