@@ -61,7 +61,8 @@ class DataConfig:
     n_test: int = 500
     """Synthetic task: held-out problems; for gsm8k, how many test problems to evaluate on."""
     max_prompt_len: int = 512
-    """Prompts longer than this many tokens are truncated from the left, with a warning."""
+    """Prompts longer than this many tokens are truncated from the left, with a warning. Lowered (with a
+    warning) when it plus rollout.max_new_tokens exceeds the model's context."""
 
 
 @dataclass
@@ -137,7 +138,13 @@ class TrainConfig:
     eval_samples: int = 500
     """Held-out problems per evaluation."""
     resume: str = ""
-    """A step_N folder to resume from, 'auto' for the latest in output_dir, or '' for a fresh run."""
+    """A step_N (or final) folder to resume from, 'auto' for the latest in output_dir (a fresh run if none), or ''
+    for a fresh run."""
+    overwrite: bool = False
+    """A fresh run into an output_dir that holds a previous run deletes that run (else it is refused)."""
+    max_skipped_steps: int = 3
+    """Stop with a diagnosis after this many PPO steps in a row whose every update was skipped for a non-finite
+    loss or gradient (0 = never stop)."""
     tensorboard: bool = True
     """Write TensorBoard event files to output_dir/tb."""
     wandb: bool = False
@@ -177,6 +184,35 @@ def _all_keys(node, prefix="") -> list[str]:
     return keys
 
 
+# Names other PPO code bases use for our keys (TRL, CleanRL, Stable-Baselines3), so their users get a hint.
+ALIASES = {"learning_rate": "lr", "cliprange": "clip_eps", "clip_range": "clip_eps", "clip_coef": "clip_eps",
+           "cliprange_value": "vf_clip_eps", "gae_lambda": "lam", "lambda": "lam", "init_kl_coef": "kl_coef",
+           "mini_batch_size": "minibatch_size", "num_ppo_epochs": "ppo_epochs", "update_epochs": "ppo_epochs",
+           "target_kl": "kl_target", "response_length": "max_new_tokens", "total_steps": "steps"}  # fmt: skip
+
+
+def _did_you_mean(key: str, valid: list[str]) -> str:
+    """'; did you mean 'ppo.clip_eps'?' for the closest valid key, or '' when nothing is close.
+
+    Tries, in order: the same name in another section (``lr`` -> ``ppo.lr``), another code base's
+    name (``ppo.learning_rate`` -> ``ppo.lr``), then a typo of a key (``ppo.clip_epz``).
+    """
+    leaves = [k for k in valid if "." in k]  # section names only for a key without a dot
+    leaf = ALIASES.get(key.rsplit(".", 1)[-1], key.rsplit(".", 1)[-1])
+    close = [k for k in leaves if k.rsplit(".", 1)[-1] == leaf]
+    section = key.rsplit(".", 1)[0] + "." if "." in key else None
+    if len(close) > 1 and section:  # prefer the section the key named, or the one it misspelt
+        best = difflib.get_close_matches(section, [k.rsplit(".", 1)[0] + "." for k in close], n=1)
+        close = [k for k in close if best and k.startswith(best[0])] or close
+    if not close:
+        close = difflib.get_close_matches(key, leaves if section else valid, n=1)
+    if not close and section:  # a cut-off or misspelt name inside a known section
+        in_section = [k for k in leaves if k.startswith(section)]
+        names = difflib.get_close_matches(leaf, [k[len(section) :] for k in in_section], n=1, cutoff=0.5)
+        close = [section + names[0]] if names else [k for k in in_section if k[len(section) :].startswith(leaf)][:1]
+    return "; did you mean " + " or ".join(map(repr, close)) + "?" if close else ""
+
+
 def _preset_path(preset: str) -> Path:
     if preset in PRESETS:
         return Path(str(resources.files("ppo_core") / "configs" / f"{preset}.yaml"))
@@ -186,16 +222,17 @@ def _preset_path(preset: str) -> Path:
     return path
 
 
-def _merge(base, other, what: str):
+def _merge(base, other, what: str, override_key: str = ""):
     try:
         return OmegaConf.merge(base, other)
     except ConfigKeyError as e:
         key = (e.full_key or e.key or "").strip()
-        close = difflib.get_close_matches(key, _all_keys(base), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        if override_key.startswith(key + "."):  # an unknown section: report the whole dotted key
+            key = override_key
+        hint = _did_you_mean(key, _all_keys(base))
         raise ConfigError(f"unknown config key {key!r} in {what}{hint}") from None
     except ValidationError as e:
-        raise ConfigError(f"bad value for {e.full_key!r} in {what}: {e.msg.splitlines()[0]}") from None
+        raise ConfigError(f"bad value for {e.full_key or override_key!r} in {what}: {str(e.msg or e).splitlines()[0]}") from None
     except OmegaConfBaseException as e:
         raise ConfigError(f"bad config in {what}: {str(e).splitlines()[0]}") from None
 
@@ -216,7 +253,7 @@ def load_config(preset: str = "cpu", overrides: list[str] | tuple = ()) -> Confi
             dotlist = OmegaConf.from_dotlist([item])
         except Exception as e:
             raise ConfigError(f"cannot parse override {item!r}: {str(e).splitlines()[0]}") from None
-        cfg = _merge(cfg, dotlist, f"override {item!r}")
+        cfg = _merge(cfg, dotlist, f"override {item!r}", item.split("=", 1)[0].strip())
     config = OmegaConf.to_object(cfg)
     validate(config)
     return config
@@ -255,6 +292,16 @@ def validate(c: Config) -> None:
     _check(c.model.device in ("auto", "cpu", "cuda"), f"model.device must be auto, cpu or cuda, got {c.model.device!r}")
     _check(c.data.task in ("synthetic", "gsm8k"), f"data.task must be synthetic or gsm8k, got {c.data.task!r}")
     _check(c.data.prompt_style in ("plain", "chat"), f"data.prompt_style must be plain or chat, got {c.data.prompt_style!r}")
-    _check(c.train.steps >= 0, f"train.steps must be >= 0, got {c.train.steps}")
-    _check(c.train.keep_last >= 1, f"train.keep_last must be >= 1, got {c.train.keep_last}")
+    _check(c.data.max_prompt_len >= 1, f"data.max_prompt_len must be >= 1, got {c.data.max_prompt_len}")
+    _check(c.data.n_train >= 1 and c.data.n_test >= 1, "data.n_train and data.n_test must be >= 1")
+    _check(r.generation_batch_size >= 0, f"rollout.generation_batch_size must be >= 0, got {r.generation_batch_size}")
+    _check(p.max_grad_norm >= 0, f"ppo.max_grad_norm must be >= 0 (0 = no clipping), got {p.max_grad_norm}")
+    _check(p.weight_decay >= 0, f"ppo.weight_decay must be >= 0, got {p.weight_decay}")
+    _check(p.kl_target > 0 and p.kl_horizon >= 1, "ppo.kl_target must be > 0 and ppo.kl_horizon >= 1")
+    t = c.train
+    _check(t.steps >= 0, f"train.steps must be >= 0, got {t.steps}")
+    _check(t.keep_last >= 1, f"train.keep_last must be >= 1, got {t.keep_last}")
+    _check(t.eval_samples >= 1, f"train.eval_samples must be >= 1, got {t.eval_samples}")
+    for key in ("save_every", "eval_every", "log_every", "num_threads", "max_skipped_steps"):
+        _check(getattr(t, key) >= 0, f"train.{key} must be >= 0, got {getattr(t, key)}")
     _check(0 <= c.warmstart.answer_noise <= 1, f"warmstart.answer_noise must be in [0, 1], got {c.warmstart.answer_noise}")

@@ -44,7 +44,7 @@ def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> 
     """Load a step_N/final folder and return its held-out sampled and greedy accuracy."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .setup import load_task
+    from .setup import fit_prompt_len, load_task
 
     ckpt = Path(checkpoint)
     if not (ckpt / "config.json").is_file():
@@ -57,6 +57,7 @@ def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> 
     test = test[: cfg.train.eval_samples]
     lm = AutoModelForCausalLM.from_pretrained(ckpt)
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
+    fit_prompt_len(cfg, lm)
     return {
         "sampled_accuracy": accuracy(lm, tokenizer, test, cfg, greedy=False, correct_fn=correct_fn),
         "greedy_accuracy": accuracy(lm, tokenizer, test, cfg, greedy=True, correct_fn=correct_fn),

@@ -1,6 +1,7 @@
 """Chapter 05 - what a run writes: a JSONL metrics log, TensorBoard events, samples and a dashboard."""
 
 import json
+import os
 from pathlib import Path
 
 __all__ = ["MetricsLogger", "plot_dashboard", "read_metrics", "DASHBOARD_KEYS"]
@@ -30,13 +31,20 @@ class MetricsLogger:
             self.wandb = wandb.init(**wandb_config)
 
     def truncate_after(self, step: int) -> None:
-        """On resume: drop lines of steps after ``step`` (they were logged after the checkpoint)."""
+        """On resume: drop lines of steps after ``step`` (they were logged after the checkpoint).
+
+        The kept lines go to a temporary file that replaces the log in one rename, so a crash here
+        loses nothing. A last line cut short by a kill is dropped too.
+        """
         for path in (self.path, self.samples_path):
             if path.exists():
-                keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= step]
-                path.write_text("".join(line + "\n" for line in keep))
+                keep = [line for line in path.read_text().splitlines() if _step_of(line) is not None and _step_of(line) <= step]
+                tmp = path.with_name(path.name + ".tmp")
+                tmp.write_text("".join(line + "\n" for line in keep))
+                os.replace(tmp, path)
 
     def log(self, step: int, metrics: dict) -> None:
+        """Append one line and close the file: the line reaches the OS now, so even a kill -9 loses at most the next step."""
         record = {"step": step, **{k: float(v) for k, v in metrics.items()}}
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
@@ -57,6 +65,14 @@ class MetricsLogger:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def _step_of(line: str) -> int | None:
+    """The step of one JSONL line, or None for a blank or broken line (one cut short by a kill)."""
+    try:
+        return int(json.loads(line).get("step", 0)) if line.strip() else None
+    except (ValueError, AttributeError):
+        return None
 
 
 def read_metrics(path) -> list[dict]:

@@ -7,13 +7,26 @@
     5. update       ppo_epochs passes over shuffled minibatches                (update.minibatch_update)
 
 The trainer is the only stateful piece: model, reference, optimizer, KL controller, step counter.
+It also keeps a run safe to stop at any moment:
+
+* a minibatch update with a non-finite loss or gradient is skipped and counted (``params/skipped``);
+  a non-finite rollout or parameter, or ``train.max_skipped_steps`` all-skipped steps in a row, stops
+  the run with ``NonFiniteError`` (which tensor, which step) before anything broken is saved;
+* SIGINT (Ctrl-C) and SIGTERM finish the step in flight, save ``step_N`` and return; a second one
+  stops at once;
+* checkpoints are written into a temporary folder and published by one rename, so a kill -9 during
+  a save leaves the previous checkpoint as the latest complete one;
+* ``train.resume`` restores model, value head, optimizer, KL controller, every RNG and the step
+  count (which fixes the data position), so a resumed CPU run repeats an uninterrupted one exactly.
 """
 
 import json
-import os
+import math
 import random
 import shutil
+import signal
 import time
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -21,25 +34,34 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from .config import Config
+from .checkpoint import (STATE_FILE, StopOnSignal, checkpoint_step, clear_run, config_changes, later_checkpoints,
+                         latest_checkpoint, prune, recover_interrupted_saves, write_atomically)
+from .config import Config, ConfigError
 from .gae import compute_gae, token_rewards
 from .kl import AdaptiveKLController, FixedKLController, kl_penalty
 from .masking import masked_mean, masked_var, masked_whiten
 from .metrics import MetricsLogger, plot_dashboard, read_metrics
 from .model import ActorWithValueHead
 from .rollout import sample, score
-from .setup import build_optimizer, load_models, load_task, resolve_device
+from .setup import build_optimizer, fit_prompt_len, load_models, load_task, resolve_device
 from .update import minibatch_update
 
-__all__ = ["PPOTrainer", "latest_checkpoint"]
+__all__ = ["PPOTrainer", "NonFiniteError", "latest_checkpoint", "nonfinite_parameters"]
 
-STATE_FILE = "trainer_state.pt"
+DIVERGED_HINT = ("resume from the last good checkpoint with a lower ppo.lr or ppo.max_grad_norm, "
+                 "or model.dtype=bfloat16/float32 instead of float16")
+"""The advice every NonFiniteError ends with."""
 
 
-def latest_checkpoint(output_dir) -> Path | None:
-    """The step_N folder with the largest N in ``output_dir`` (complete ones only), or None."""
-    steps = [p for p in Path(output_dir).glob("step_*") if (p / STATE_FILE).is_file() and p.name[5:].isdigit()]
-    return max(steps, key=lambda p: int(p.name[5:]), default=None)
+class NonFiniteError(RuntimeError):
+    """NaN or inf where training cannot go on (a rollout tensor, a parameter): the run stops, nothing broken is saved."""
+
+
+def nonfinite_parameters(module: torch.nn.Module) -> list[str]:
+    """Names of the parameters holding NaN or inf (one device sync for the whole model)."""
+    named = list(module.named_parameters())
+    finite = torch.stack([torch.isfinite(p).all() for _, p in named])
+    return [] if bool(finite.all()) else [n for (n, _), ok in zip(named, finite.tolist()) if not ok]
 
 
 class PPOTrainer:
@@ -49,28 +71,55 @@ class PPOTrainer:
             torch.set_num_threads(cfg.train.num_threads)
         _seed_everything(cfg.train.seed)
         self.device = resolve_device(cfg.model.device)
+        self.out = Path(cfg.train.output_dir)
+        recover_interrupted_saves(self.out)
+        resume = self._resume_path()  # every check that can refuse the run comes before anything is written
         self.train_records, self.test_records, self.reward_fn, self.correct_fn = load_task(cfg)
         self.actor, self.ref, self.tokenizer, self.init_path = load_models(cfg, self.device)
+        fit_prompt_len(cfg, self.actor.lm)
         self.optimizer = build_optimizer(self.actor, cfg.ppo)
         p = cfg.ppo
         self.kl_ctl = AdaptiveKLController(p.kl_coef, p.kl_target, p.kl_horizon) if p.adaptive_kl else FixedKLController(p.kl_coef)
         self.shuffle_gen = torch.Generator().manual_seed(cfg.train.seed)
         self.minibatch_update = minibatch_update  # chapter 05 swaps in the learner's own version
         self.step_count = 0
-        self.out = Path(cfg.train.output_dir)
+        self.skipped_streak, self.skip_reasons, self.all_updates_skipped = 0, set(), False
+        self.resumed_from = resume
+        if resume is None:
+            clear_run(self.out)  # a previous run here was allowed (overwrite, or auto with nothing saved)
         self.out.mkdir(parents=True, exist_ok=True)
-        resume = latest_checkpoint(self.out) if cfg.train.resume == "auto" else (Path(cfg.train.resume) if cfg.train.resume else None)
         if resume is not None:
             self.load_checkpoint(resume)
+            self._drop_checkpoints_after(self.step_count)
         OmegaConf.save(OmegaConf.structured(cfg), self.out / "effective_config.yaml")
         wandb_cfg = {"project": cfg.train.wandb_project, "config": asdict(cfg)} if cfg.train.wandb else None
         self.logger = MetricsLogger(self.out, cfg.train.tensorboard, wandb_cfg)
         if resume is not None:
-            self.logger.truncate_after(self.step_count)
+            self.logger.truncate_after(self.step_count)  # lines logged after the checkpoint are redone
+
+    def _resume_path(self) -> Path | None:
+        """The checkpoint to resume from, or None for a fresh run; refuses to mix a fresh run into an old one."""
+        t = self.cfg.train
+        if t.resume == "auto":
+            return latest_checkpoint(self.out)  # None: nothing saved yet, so start afresh
+        if t.resume:
+            path = Path(t.resume).expanduser()
+            if checkpoint_step(path) is None:
+                raise ConfigError(f"train.resume={t.resume} is not a complete checkpoint (no {STATE_FILE}); "
+                                  "pass a step_N or final folder, or train.resume=auto")
+            return path
+        previous = sorted(p.name for p in self.out.glob("*") if p.name in ("final", "metrics.jsonl") or p.name.startswith("step_"))
+        if previous and not t.overwrite:
+            raise ConfigError(f"train.output_dir={self.out} already holds a run ({', '.join(previous)}); continue it with "
+                              "train.resume=auto, start over with train.overwrite=true, or choose another train.output_dir")
+        return None
 
     # ---- data -------------------------------------------------------------------------------
     def prompt_batch(self, step: int) -> list[dict]:
-        """The records of PPO step ``step`` (1-based): a fresh seeded permutation each pass over the data."""
+        """The records of PPO step ``step`` (1-based): a fresh seeded permutation each pass over the data.
+
+        A pure function of the step, so restoring the step count restores the data position.
+        """
         n, b = len(self.train_records), self.cfg.rollout.batch_size
         out = []
         for i in range((step - 1) * b, step * b):
@@ -87,16 +136,17 @@ class PPOTrainer:
     # ---- one PPO step -----------------------------------------------------------------------
     def step(self) -> dict:
         cfg, p = self.cfg, self.cfg.ppo
-        records = self.prompt_batch(self.step_count + 1)
+        n = self.step_count + 1
+        records = self.prompt_batch(n)
         t0 = time.perf_counter()
         # 1. rollout
         self.actor.eval()
-        ro = sample(self.actor.lm, self.tokenizer, self.prompts(records), cfg.rollout.max_new_tokens,
-                    cfg.rollout.temperature, cfg.data.max_prompt_len, cfg.rollout.generation_batch_size)
+        ro = self._sample(records, n)
         t1 = time.perf_counter()
         # 2. score
         score(self.actor, self.ref, ro, cfg.rollout.temperature, p.minibatch_size)
         scores = torch.tensor([self.reward_fn(c, r["answer"]) for c, r in zip(ro.completions, records)], device=self.device)
+        self._check_rollout(ro, scores, n)
         t2 = time.perf_counter()
         # 3. reward: task score + per-token KL penalty against the frozen reference
         kl = kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator)  # (B, T)
@@ -109,7 +159,7 @@ class PPOTrainer:
         self.actor.train()
         upd = self.update(ro, advantages, returns)
         t3 = time.perf_counter()
-        self.step_count += 1
+        self.step_count = n
         kl_to_ref = masked_mean(kl_penalty(ro.logprobs, ro.ref_logprobs, "k1"), ro.mask, dim=1).mul(ro.mask.sum(1)).mean().item()
         kl_coef = self.kl_ctl.value
         self.kl_ctl.update(kl_to_ref, len(records))
@@ -127,11 +177,16 @@ class PPOTrainer:
         }
         if cfg.train.log_every and self.step_count % cfg.train.log_every == 0:
             self.logger.log_samples(self.step_count, [r["question"] for r in records], ro.completions, scores.tolist())
-        self.logger.log(self.step_count, metrics)
+        self.logger.log(self.step_count, metrics)  # flushed now: a crash loses at most the next step
+        self._check_after_update()
         return metrics
 
     def update(self, ro, advantages, returns) -> dict:
-        """``ppo_epochs`` passes over the rollout in shuffled minibatches; stats averaged over minibatches."""
+        """``ppo_epochs`` passes over the rollout in shuffled minibatches.
+
+        Stats are averaged over the minibatch updates that were applied; ``params/skipped`` counts the
+        ones skipped for a non-finite loss or gradient (each one also warns, naming the culprit).
+        """
         cfg, p = self.cfg, self.cfg.ppo
         B = ro.input_ids.shape[0]
         data = {
@@ -139,7 +194,7 @@ class PPOTrainer:
             "mask": ro.mask, "old_logprobs": ro.logprobs, "old_values": ro.values,
             "advantages": advantages, "returns": returns,
         }
-        totals, n = {}, 0
+        applied, skipped = [], []
         for epoch in range(p.ppo_epochs):
             perm = torch.randperm(B, generator=self.shuffle_gen)  # a fresh permutation each epoch
             for k, idx in enumerate(perm.split(p.minibatch_size)):
@@ -151,12 +206,57 @@ class PPOTrainer:
                     grad_accum_steps=p.grad_accum_steps, max_grad_norm=p.max_grad_norm,
                     ratio_tol=cfg.train.ratio_tol if (cfg.train.check_ratio and epoch == 0 and k == 0) else None,
                 )
-                for key, v in stats.items():
-                    totals[key] = totals.get(key, 0.0) + v
-                n += 1
-        out = {k: v / n for k, v in totals.items()}
-        out["params/skipped"] = totals.get("params/skipped", 0.0)  # a count, not a mean
+                (skipped if stats.get("params/skipped") else applied).append(stats)
+                if stats.get("params/skipped"):
+                    self.skip_reasons.add(_skip_reason(stats))
+                    warnings.warn(f"step {self.step_count + 1}, epoch {epoch + 1}, minibatch {k + 1}: update skipped "
+                                  f"(non-finite {_skip_reason(stats)}); the parameters were not changed")
+        used = applied or skipped  # if every update was skipped, log their (non-finite) stats as they are
+        out = {key: sum(s[key] for s in used) / len(used) for key in used[0]}
+        out["params/skipped"] = float(len(skipped))  # a count, not a mean
+        self.all_updates_skipped = not applied
         return out
+
+    def _sample(self, records, n: int):
+        cfg = self.cfg
+        try:
+            return sample(self.actor.lm, self.tokenizer, self.prompts(records), cfg.rollout.max_new_tokens,
+                          cfg.rollout.temperature, cfg.data.max_prompt_len, cfg.rollout.generation_batch_size)
+        except RuntimeError as err:  # torch.multinomial on NaN/inf probabilities
+            if "probability tensor contains" not in str(err):
+                raise
+            raise NonFiniteError(f"step {n}: sampling failed, the policy's next-token probabilities hold NaN/inf "
+                                 f"({self._last_good()}); {DIVERGED_HINT}") from None
+
+    def _check_rollout(self, ro, scores, n: int) -> None:
+        """Stop before an update built from NaN: name the rollout tensor that holds it."""
+        tensors = {"old logprobs": ro.logprobs[ro.mask], "values": ro.values[ro.mask],
+                   "reference logprobs": ro.ref_logprobs[ro.mask], "scores": scores}
+        finite = torch.stack([torch.isfinite(x).all() for x in tensors.values()]).tolist()
+        bad = [name for name, ok in zip(tensors, finite) if not ok]
+        if bad:
+            raise NonFiniteError(f"step {n}: the rollout's {', '.join(bad)} hold NaN/inf before the update "
+                                 f"({self._last_good()}); {DIVERGED_HINT}")
+
+    def _check_after_update(self) -> None:
+        """After the step's metrics are logged: stop on a broken model or on too many all-skipped steps."""
+        bad = nonfinite_parameters(self.actor)
+        if bad:
+            raise NonFiniteError(f"step {self.step_count}: parameter(s) {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''} "
+                                 f"hold NaN/inf after the update; not saved ({self._last_good()}); {DIVERGED_HINT}")
+        all_skipped = self.all_updates_skipped
+        self.skipped_streak = self.skipped_streak + 1 if all_skipped else 0
+        if not all_skipped:
+            self.skip_reasons = set()
+        limit = self.cfg.train.max_skipped_steps
+        if limit and self.skipped_streak >= limit:
+            first = self.step_count - self.skipped_streak + 1
+            raise NonFiniteError(f"steps {first}-{self.step_count}: every update was skipped (non-finite "
+                                 f"{', '.join(sorted(self.skip_reasons))}); stopping ({self._last_good()}); {DIVERGED_HINT}")
+
+    def _last_good(self) -> str:
+        ckpt = latest_checkpoint(self.out)
+        return f"last good checkpoint: {ckpt}" if ckpt else "no checkpoint saved yet"
 
     # ---- evaluation -------------------------------------------------------------------------
     def evaluate(self, greedy: bool = False, n: int | None = None) -> float:
@@ -168,44 +268,54 @@ class PPOTrainer:
 
     # ---- checkpoints ------------------------------------------------------------------------
     def save_checkpoint(self, name: str) -> Path:
-        """Write ``output_dir/name`` atomically: into a temporary folder, then one rename."""
-        final = self.out / name
-        tmp = self.out / f".tmp-{name}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.actor.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
-        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        """Write ``output_dir/name`` atomically: into a temporary folder, flushed to disk, then one rename.
+
+        Refuses (``NonFiniteError``) to save parameters that hold NaN/inf.
+        """
+        bad = nonfinite_parameters(self.actor)
+        if bad:
+            raise NonFiniteError(f"refusing to save {name} at step {self.step_count}: {', '.join(bad[:3])} hold NaN/inf")
         state = {
             "step": self.step_count, "kl_coef": self.kl_ctl.value, "init_path": str(self.init_path),
             "torch_rng": torch.get_rng_state(), "shuffle_rng": self.shuffle_gen.get_state(),
             "numpy_rng": np.random.get_state(), "python_rng": random.getstate(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "config": asdict(self.cfg),
         }
-        torch.save(state, tmp / STATE_FILE)  # written last: its presence marks a complete checkpoint
-        (tmp / "trainer_state.json").write_text(json.dumps({"step": self.step_count, "kl_coef": self.kl_ctl.value}, indent=1))
-        if final.exists():
-            old = self.out / f".old-{name}-{os.getpid()}"
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-        self._prune()
-        return final
 
-    def _prune(self) -> None:
-        steps = sorted((p for p in self.out.glob("step_*") if p.name[5:].isdigit()), key=lambda p: int(p.name[5:]))
-        for old in steps[: -self.cfg.train.keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+        def write(tmp: Path) -> None:
+            self.actor.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
+            torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+            (tmp / "trainer_state.json").write_text(json.dumps({"step": self.step_count, "kl_coef": self.kl_ctl.value}))
+            torch.save(state, tmp / STATE_FILE)  # written last: its presence marks a complete checkpoint
+
+        path = write_atomically(self.out, name, write)
+        prune(self.out, self.cfg.train.keep_last)
+        return path
+
+    def _drop_checkpoints_after(self, step: int) -> None:
+        """Resuming from step N abandons what a previous attempt saved after N (it belongs to another trajectory)."""
+        later = later_checkpoints(self.out, step)
+        if later:
+            warnings.warn(f"resuming from step {step}: removing later checkpoints {', '.join(sorted(p.name for p in later))}")
+            (self.out / "summary.json").unlink(missing_ok=True)
+        for p in later:
+            shutil.rmtree(p)
 
     def load_checkpoint(self, path) -> None:
+        """Restore model, value head, optimizer, KL controller, RNG states and step count from a checkpoint."""
         path = Path(path)
-        if not (path / STATE_FILE).is_file():
-            raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE}); pass a step_N folder or train.resume=auto")
+        if checkpoint_step(path) is None:
+            raise ConfigError(f"{path} is not a complete checkpoint (no {STATE_FILE}); pass a step_N folder or train.resume=auto")
+        state = torch.load(path / STATE_FILE, weights_only=False)
+        changed = config_changes(state.get("config"), asdict(self.cfg))
+        if changed:
+            warnings.warn(f"resuming {path} with settings that differ from its run ({'; '.join(changed)}): "
+                          "the continuation will not match an uninterrupted run")
         loaded = ActorWithValueHead.from_pretrained(str(path))
         self.actor.load_state_dict(loaded.state_dict())
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device, weights_only=False))
-        state = torch.load(path / STATE_FILE, weights_only=False)
         self.step_count, self.kl_ctl.value = state["step"], state["kl_coef"]
         torch.set_rng_state(state["torch_rng"])
         self.shuffle_gen.set_state(state["shuffle_rng"])
@@ -216,18 +326,46 @@ class PPOTrainer:
 
     # ---- the whole run ----------------------------------------------------------------------
     def train(self) -> dict:
-        """Evaluate, run ``train.steps`` PPO steps (checkpointing), save final/, evaluate again."""
+        """Evaluate, run ``train.steps`` PPO steps (checkpointing), save final/, evaluate again.
+
+        On SIGINT/SIGTERM: save ``step_N`` after the step in flight and return ``{"interrupted": ...}``.
+        """
         from tqdm.auto import tqdm
 
         cfg = self.cfg.train
+        done = self.out / "summary.json"
+        if self.resumed_from is not None and self.step_count >= cfg.steps and done.is_file():
+            self.logger.close()
+            return json.loads(done.read_text())  # resumed a finished run: nothing left to do
         summary = {}
-        if self.step_count == 0:
-            summary["before/sampled_accuracy"] = self.evaluate()
-            summary["before/greedy_accuracy"] = self.evaluate(greedy=True)
-            self.logger.log(0, {"eval/sampled_accuracy": summary["before/sampled_accuracy"], "eval/greedy_accuracy": summary["before/greedy_accuracy"]})
+        with StopOnSignal() as stop:
+            try:
+                if self.step_count == 0:
+                    summary["before/sampled_accuracy"] = self.evaluate()
+                    summary["before/greedy_accuracy"] = self.evaluate(greedy=True)
+                    self.logger.log(0, {"eval/sampled_accuracy": summary["before/sampled_accuracy"], "eval/greedy_accuracy": summary["before/greedy_accuracy"]})
+                self._loop(tqdm, stop)
+                if stop.signum is not None:
+                    return self._interrupted(stop.signum)
+                self.save_checkpoint("final")
+            except BaseException:
+                self.logger.close()
+                raise
+        summary["after/sampled_accuracy"] = self.evaluate()
+        summary["after/greedy_accuracy"] = self.evaluate(greedy=True)
+        self.logger.log(self.step_count, {"eval/sampled_accuracy": summary["after/sampled_accuracy"], "eval/greedy_accuracy": summary["after/greedy_accuracy"]})
+        import matplotlib.pyplot as plt
+
+        plt.close(plot_dashboard(read_metrics(self.out), self.out / "dashboard.png"))
+        self.logger.close()
+        done.write_text(json.dumps(summary, indent=1))
+        return summary
+
+    def _loop(self, tqdm, stop) -> None:
+        cfg = self.cfg.train
         bar = tqdm(total=cfg.steps, initial=self.step_count, disable=not cfg.progress, desc="PPO")
         try:
-            while self.step_count < cfg.steps:
+            while self.step_count < cfg.steps and stop.signum is None:
                 m = self.step()
                 bar.update(1)
                 bar.set_postfix(reward=f"{m['rollout/reward_mean']:.3f}", correct=f"{m['rollout/correct_rate']:.2f}", kl=f"{m['params/kl_to_ref']:.2f}")
@@ -237,22 +375,28 @@ class PPOTrainer:
                     self.save_checkpoint(f"step_{self.step_count}")
         finally:
             bar.close()
-        self.save_checkpoint("final")
-        summary["after/sampled_accuracy"] = self.evaluate()
-        summary["after/greedy_accuracy"] = self.evaluate(greedy=True)
-        self.logger.log(self.step_count, {"eval/sampled_accuracy": summary["after/sampled_accuracy"], "eval/greedy_accuracy": summary["after/greedy_accuracy"]})
-        import matplotlib.pyplot as plt
 
-        plt.close(plot_dashboard(read_metrics(self.out), self.out / "dashboard.png"))
+    def _interrupted(self, signum: int) -> dict:
+        """Save the steps done since the last checkpoint; the run continues with train.resume=auto."""
+        path = None
+        if self.step_count > 0:
+            path = self.out / f"step_{self.step_count}"
+            if checkpoint_step(path) != self.step_count:  # not saved by save_every already
+                self.save_checkpoint(path.name)
         self.logger.close()
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
-        return summary
+        return {"interrupted": signal.Signals(signum).name, "step": self.step_count, "checkpoint": str(path) if path else None}
 
 
 def explained_variance(values, returns, mask) -> float:
     """1 - Var[R - V] / Var[R] over response tokens: 1 = perfect critic, 0 = no better than a constant."""
     var_r = masked_var(returns, mask).item()
     return float("nan") if var_r == 0 else 1.0 - masked_var(returns - values, mask).item() / var_r
+
+
+def _skip_reason(stats: dict) -> str:
+    """Which of the losses, or else the gradient, was non-finite in a skipped update."""
+    losses = [k for k in ("loss/policy", "loss/value", "loss/entropy") if not math.isfinite(stats.get(k, 0.0))]
+    return ", ".join(losses) if losses else f"gradient (params/grad_norm={stats.get('params/grad_norm')})"
 
 
 def _seed_everything(seed: int) -> None:

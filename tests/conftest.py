@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+from ppo_test_support import _tiny_overrides
+
 
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory):
@@ -20,14 +22,6 @@ def tiny_model_path(tmp_path_factory):
 def tiny_overrides():
     """``tiny_overrides(model_path, out_dir, steps, *extra)``: overrides for a seconds-long CLI run."""
     return _tiny_overrides
-
-
-def _tiny_overrides(model_path: str, out_dir, steps: int = 2, *extra: str) -> list[str]:
-    return [
-        f"model.name_or_path={model_path}", f"train.output_dir={out_dir}", f"train.steps={steps}",
-        "rollout.batch_size=8", "ppo.minibatch_size=4", "rollout.max_new_tokens=8",
-        "data.n_train=64", "data.n_test=16", "train.eval_samples=8", "train.progress=false", *extra,
-    ]
 
 
 @pytest.fixture(scope="module")

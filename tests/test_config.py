@@ -37,6 +37,17 @@ def test_yaml_file(tmp_path):
         ("ppo.grad_accum_steps=5", "multiple of ppo.grad_accum_steps"),
         ("ppo.kl_estimator=k4", "k1, k2 or k3"),
         ("noequals", "key=value"),
+        ("lr=1e-4", "did you mean 'warmstart.lr' or 'ppo.lr'"),  # a key without its section
+        ("train.clip_eps=0.1", "did you mean 'ppo.clip_eps'"),  # the wrong section
+        ("ppo.learning_rate=1e-4", "did you mean 'ppo.lr'"),  # another code base's name
+        ("trian.steps=3", "unknown config key 'trian.steps'"),  # a misspelt section: the whole key is named
+        ("trian.steps=3", "did you mean 'train.steps'"),
+        ("model.nam=x", "did you mean 'model.name_or_path'"),
+        ("ppo=3", "bad value for 'ppo'"),
+        ("data.max_prompt_len=0", "data.max_prompt_len must be >= 1"),
+        ("train.eval_samples=0", "train.eval_samples must be >= 1"),
+        ("ppo.max_grad_norm=-1", "ppo.max_grad_norm must be >= 0"),
+        ("train.max_skipped_steps=-1", "train.max_skipped_steps must be >= 0"),
     ],
 )
 def test_bad_config_is_one_clear_line(override, message):
@@ -48,3 +59,11 @@ def test_bad_config_is_one_clear_line(override, message):
 def test_unknown_preset():
     with pytest.raises(ConfigError, match="no preset or file"):
         load_config("nope")
+
+
+def test_unknown_key_in_a_yaml_file_names_the_file(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("ppo:\n  clip_epz: 0.1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path))
+    assert str(path) in str(err.value) and "did you mean 'ppo.clip_eps'" in str(err.value)

@@ -1,0 +1,175 @@
+"""Chapter 05 - stopping and resuming safely: atomic checkpoints, signal handling, resume checks.
+
+A run folder (``train.output_dir``) holds ``step_N/`` checkpoints, ``final/``, and the run's logs.
+A checkpoint is written into ``.tmp-<name>-<pid>/``, flushed to disk, then renamed to ``<name>/``: a
+rename is atomic, so a process killed during a save (even with kill -9) leaves either the complete
+new checkpoint or none, never a folder that looks complete but is not. ``trainer_state.pt`` is the
+last file written, and only folders holding it count as checkpoints.
+
+``StopOnSignal`` turns SIGINT (Ctrl-C) and SIGTERM into a request the training loop answers after
+the step in flight (it saves ``step_N`` and returns); ``config_changes`` lists the settings a resume
+changed that would make it leave the trajectory of the run it continues.
+"""
+
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+
+__all__ = ["STATE_FILE", "checkpoint_step", "latest_checkpoint", "write_atomically", "recover_interrupted_saves",
+           "clear_run", "prune", "later_checkpoints", "config_changes", "StopOnSignal"]
+
+STATE_FILE = "trainer_state.pt"
+SAVE_PAUSE_ENV = "PPO_CORE_SAVE_PAUSE"
+"""Test hook: ``NAME:SECONDS`` sleeps after checkpoint NAME is fully written to its temporary folder and
+before the rename that publishes it, so a test can kill -9 the process at the worst moment of a save."""
+RUN_FILES = ("metrics.jsonl", "samples.jsonl", "summary.json", "dashboard.png", "effective_config.yaml", "tb")
+"""What a run writes beside its checkpoints (removed with them when a run is started over)."""
+RESUMABLE_CHANGES = {"train." + k for k in ("steps", "resume", "output_dir", "progress", "tensorboard", "wandb",
+                     "wandb_project", "log_every", "save_every", "keep_last", "eval_every", "eval_samples",
+                     "num_threads", "overwrite", "max_skipped_steps", "check_ratio", "ratio_tol")} | {
+                     "warmstart.cache_dir"}  # fmt: skip
+"""Settings a resumed run may change without leaving the trajectory of the run it continues."""
+
+
+def _is_checkpoint_name(name: str) -> bool:
+    return name == "final" or (name.startswith("step_") and name[5:].isdigit())
+
+
+def checkpoint_step(path) -> int | None:
+    """The step of a complete checkpoint folder (step_N or final), or None if it is not one."""
+    path = Path(path)
+    if not (path / STATE_FILE).is_file():
+        return None
+    if path.name.startswith("step_") and path.name[5:].isdigit():
+        return int(path.name[5:])
+    try:
+        return int(json.loads((path / "trainer_state.json").read_text())["step"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def latest_checkpoint(output_dir) -> Path | None:
+    """The complete checkpoint with the largest step in ``output_dir`` (final/ wins a tie), or None."""
+    found = []
+    for path in Path(output_dir).glob("*"):
+        step = checkpoint_step(path) if _is_checkpoint_name(path.name) else None
+        if step is not None:
+            found.append((step, path.name == "final", path))
+    return max(found, default=(None, None, None))[2]
+
+
+def later_checkpoints(output_dir, step: int) -> list[Path]:
+    """The checkpoints in ``output_dir`` saved after ``step`` (by an attempt that a resume abandons)."""
+    return sorted(p for p in Path(output_dir).glob("*") if _is_checkpoint_name(p.name) and (checkpoint_step(p) or 0) > step)
+
+
+def write_atomically(output_dir, name: str, write) -> Path:
+    """Call ``write(tmp_folder)``, flush it to disk, then publish it as ``output_dir/name`` with a rename."""
+    out = Path(output_dir)
+    final, tmp = out / name, out / f".tmp-{name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    write(tmp)
+    hook = os.environ.get(SAVE_PAUSE_ENV, "").rpartition(":")
+    if hook[0] == name:
+        time.sleep(float(hook[2]))
+    _fsync_tree(tmp)
+    if final.exists():
+        old = out / f".old-{name}-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)  # a kill between the two renames is undone by recover_interrupted_saves
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    _fsync(out)
+    return final
+
+
+def prune(output_dir, keep_last: int) -> None:
+    """Delete all but the ``keep_last`` newest step_N checkpoints (final/ is never pruned)."""
+    steps = sorted((p for p in Path(output_dir).glob("step_*") if p.name[5:].isdigit()), key=lambda p: int(p.name[5:]))
+    for old in steps[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_interrupted_saves(output_dir) -> None:
+    """After a killed save: drop unpublished .tmp-* folders, put back a checkpoint caught between two renames."""
+    out = Path(output_dir)
+    if not out.is_dir():
+        return
+    for path in [*out.glob(".tmp-*"), *out.glob(".old-*")]:
+        name, _, pid = path.name.split("-", 1)[1].rpartition("-")
+        if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+            continue  # another live process is saving into this folder
+        if path.name.startswith(".old-") and not (out / name).exists():
+            os.replace(path, out / name)  # the new one was never published: the old one is still whole
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def clear_run(output_dir) -> None:
+    """Delete what a previous run wrote into ``output_dir`` (checkpoints, logs, summary); keep other files."""
+    for path in Path(output_dir).glob("*"):
+        if path.name in RUN_FILES or _is_checkpoint_name(path.name):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def config_changes(saved: dict | None, now: dict) -> list[str]:
+    """'section.key (old -> new)' for every setting that differs and would change the trajectory."""
+    if saved is None:
+        return []
+    return [f"{s}.{k} ({saved[s][k]!r} -> {v!r})" for s, sec in now.items() for k, v in sec.items()
+            if f"{s}.{k}" not in RESUMABLE_CHANGES and k in saved.get(s, {}) and saved[s][k] != v]  # fmt: skip
+
+
+class StopOnSignal:
+    """While active, SIGINT/SIGTERM set ``signum`` (the loop then saves and returns); a second one stops at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self):
+        self.signum, self.previous = None, {}
+        if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
+            self.previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None:  # the second signal: stop now (the last checkpoint stays intact)
+            raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(128 + signum)
+        self.signum = signum
+        os.write(2, f"\n{signal.Signals(signum).name}: finishing the step in flight, then saving a checkpoint "
+                    "(send it again to stop at once)\n".encode())
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush every file of ``folder`` to disk, so a published checkpoint survives a power cut too."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            _fsync(path)
+    _fsync(folder)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
