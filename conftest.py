@@ -1,4 +1,8 @@
-"""Test-wide settings: offline, quiet, headless. Applies to unit tests and to the notebook kernels nbval starts."""
+"""Test-wide settings: offline, quiet, headless. Applies to unit tests and to the notebook kernels nbval starts.
+
+Also: the chapter notebooks that nbval executes are kept (``_build/executed/``, see tools/book.py),
+and tests/test_book.py runs last, building the book from them: one execution serves both.
+"""
 
 import os
 
@@ -12,3 +16,20 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see ppo_core/train.py
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")  # this process only; notebook kernels keep their inline backend
+
+from tools import book  # noqa: E402
+
+BOOK_TESTS = "tests/test_book.py"
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the controller (or a plain run); xdist workers inherit its id
+        book.new_session()
+    config.pluginmanager.register(book.NotebookRecorder(), "ppo-notebook-recorder")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The book test goes last: it builds the book from the notebooks nbval ran before it."""
+    last = [item for item in items if item.nodeid.startswith(BOOK_TESTS)]
+    if last:
+        items[:] = [item for item in items if not item.nodeid.startswith(BOOK_TESTS)] + last

@@ -11,6 +11,7 @@
 | ppo_core.rollout    | 05      | sampling responses and scoring them                   |
 | ppo_core.update     | 05      | one PPO minibatch update                              |
 | ppo_core.trainer    | 05      | the PPO loop, checkpoints and resume                  |
+| ppo_core.checkpoint | 05      | atomic checkpoint writes, recovery, pruning, signals  |
 | ppo_core.config     | 05      | typed config, presets and key=value overrides         |
 | ppo_core.rewards    | 05      | the GSM8K answer parser and reward                    |
 | ppo_core.data       | 05      | GSM8K loading (hub or local JSONL) and prompts        |
@@ -20,7 +21,8 @@
 | ppo_core.metrics    | 05      | metrics log, TensorBoard, dashboard                   |
 | ppo_core.train      | 05      | the command line: python -m ppo_core.train            |
 | ppo_core.evaluate   | 05      | held-out accuracy of a checkpoint                     |
-| ppo_core.checks     | 01-05   | checkers for the exercises                            |
+| ppo_core.checks     | 01-05   | checkers for the exercises, progress()                |
+| ppo_core.exercises  | 01-05   | learner copies: python -m ppo_core.exercises build    |
 | ppo_core.widgets    | 03-04   | the two interactive figures                           |
 
 Shape names used everywhere: B sequences, P prompt tokens, T response tokens, V vocabulary.

@@ -1,0 +1,297 @@
+"""The book builds (warnings are errors) and every page renders offline in headless Chromium.
+
+Runs last (the root conftest.py moves it there): the book is built from the chapter notebooks that
+nbval executed earlier in the same run (tools/book.py), so the pages show exactly the outputs the
+suite produced from the current code. A chapter nbval did not run in this session is executed here
+with nbclient; a chapter that failed its nbval run stops the build.
+
+The browser half needs Debian's ``chromium`` and ``chromium-driver`` (``apt-get install -y chromium
+chromium-driver``); without them it is skipped with a message, unless ``PPO_REQUIRE_CHROMIUM=1``
+(set by .ci/run), which makes their absence a failure. Pages are opened from disk (file://) with
+the network blocked, as someone reading the built book offline would.
+"""
+
+import os
+import shutil
+import time
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import nbformat
+import pytest
+import yaml
+
+from tools import book
+
+ROOT = book.ROOT
+
+
+def toc_pages() -> list[str]:
+    """Every page of _toc.yml ("chapters/03_gae", "book/faq", ...), root first."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                pages.append(node["file"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk({k: v for k, v in toc.items() if k != "root"})
+    return [str(Path(p).with_suffix("")) for p in pages]
+
+
+PAGES = toc_pages()
+
+
+# --------------------------------------------------------------------------------------------------
+# The build
+
+
+@pytest.fixture(scope="module")
+def built_book(request):
+    """Stage and build once; the result (never an exception) is shared by every test here."""
+    start = time.perf_counter()
+    try:
+        how = book.stage_book(session=os.environ.get(book.SESSION_ENV))
+    except book.BookError as exc:
+        return {"ok": False, "error": str(exc)}
+    staged = time.perf_counter()
+    rc, output = book.build_book()
+    done = time.perf_counter()
+    line = (f"[book] chapters from {', '.join(f'{k}: {v}' for k, v in how.items())}; staged in "
+            f"{staged - start:.0f} s, built in {done - staged:.0f} s: {book.HTML / 'index.html'}")
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(line)
+    if rc:
+        warnings = book.warnings_of(output) or output.splitlines()[-40:]
+        return {"ok": False, "error": f"jupyter-book build -W failed (exit {rc}):\n" + "\n".join(warnings)}
+    return {"ok": True, "how": how}
+
+
+def test_book_builds(built_book):
+    """`jupyter-book build --all -W --keep-going` passes on a clean build folder, every chapter executed."""
+    assert built_book["ok"], built_book["error"]
+    for page in PAGES:
+        assert (book.HTML / f"{page}.html").is_file(), f"{page} is in _toc.yml but was not built"
+    # every chapter page is built from a notebook executed in this session, never from a stale one
+    assert set(built_book["how"]) == {p.stem for p in book.chapter_notebooks()}
+
+
+# --------------------------------------------------------------------------------------------------
+# The browser
+
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-extensions",
+    "--window-size=1200,2000",
+    # no network: every host name fails to resolve and anything else goes to a dead proxy
+    "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9",
+]
+
+
+@pytest.fixture(scope="module")
+def browser(built_book, tmp_path_factory):
+    if not built_book["ok"]:
+        pytest.skip("the book did not build (see test_book_builds)")
+    chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and chromedriver):
+        message = ("headless Chromium is not installed (Debian: apt-get install -y chromium chromium-driver), "
+                   "so the built book's pages were not checked in a browser")
+        if os.environ.get("PPO_REQUIRE_CHROMIUM"):
+            pytest.fail(message)
+        pytest.skip(message)
+    pytest.importorskip("selenium", reason="selenium is not installed (it is in requirements.txt)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium  # with the driver's path given below, Selenium Manager never runs
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium')}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(chromedriver), options=options)
+    driver.set_page_load_timeout(60)
+    driver.set_script_timeout(60)
+    yield driver
+    driver.quit()
+
+
+WAIT_FOR_PAGE = """
+const done = arguments[arguments.length - 1];
+const deadline = Date.now() + 30000;
+// images: none lazy, all settled (loaded or failed)
+const images = Array.from(document.images);
+images.forEach(img => { if (img.loading === 'lazy') img.loading = 'eager'; });
+const settled = Promise.all(images.map(img => img.complete ? null : new Promise(resolve => {
+  img.addEventListener('load', resolve); img.addEventListener('error', resolve);
+})));
+(function wait() {
+  if (!document.querySelector('.math')) {
+    if (document.readyState === 'complete') return settled.then(() => done('no math'));
+  } else if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    return MathJax.startup.promise.then(() => settled).then(() => done('typeset'), e => done('MathJax failed: ' + e));
+  }
+  if (Date.now() > deadline) return done('MathJax never started');
+  setTimeout(wait, 50);
+})();
+"""
+
+INSPECT_PAGE = r"""
+const math = Array.from(document.querySelectorAll('.math'));
+const main = document.querySelector('main') || document.body;
+const raw = [];
+const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT, {acceptNode(node) {
+  const parent = node.parentElement;
+  return (!parent || parent.closest('pre, code, script, style, textarea, mjx-container, .highlight'))
+    ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT;
+}});
+for (let node; (node = walker.nextNode());) {
+  // TeX that MathJax did not typeset: display or inline delimiters, environments, $..$ with TeX inside
+  if (/\$\$|\\\[|\\\(|\\begin\{|\$[^$\n]*[\\^_{][^$\n]*\$/.test(node.nodeValue)) raw.push(node.nodeValue.trim().slice(0, 100));
+}
+return {
+  math: math.length,
+  untypeset: math.filter(el => !el.querySelector('mjx-container')).map(el => el.textContent.trim().slice(0, 100)),
+  tex_errors: Array.from(document.querySelectorAll('mjx-merror, [data-mjx-error]'))
+    .map(el => el.getAttribute('data-mjx-error') || el.textContent.slice(0, 100)),
+  raw_tex: raw,
+  broken_images: Array.from(document.images).filter(img => !(img.complete && img.naturalWidth > 0))
+    .map(img => (img.getAttribute('src') || '').slice(0, 100)),
+  output_images: document.querySelectorAll('.cell_output img').length,
+  network: performance.getEntriesByType('resource').map(e => e.name).filter(n => /^(https?|wss?):/.test(n)),
+};
+"""
+
+
+def _staged_notebook(page: str):
+    return nbformat.read(book.STAGE / f"{page}.ipynb", as_version=4)
+
+
+def _check_fallback_sliders(driver, page: str, nb, problems: list[str]) -> None:
+    """Every kernel-free widget is visible, and moving each of its sliders swaps the picture."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    expected = sum("ppo-widget-fallback" in str(out.get("data", {}).get("text/html", ""))
+                   for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs)
+    calls_widget = any(cell.cell_type == "code" and "_widget(" in cell.source for cell in nb.cells)
+    roots = driver.find_elements(By.CSS_SELECTOR, ".ppo-widget-fallback")
+    if calls_widget and expected == 0:
+        problems.append("the notebook shows a widget but its output has no kernel-free fallback")
+    if len(roots) != expected:
+        problems.append(f"{expected} widget fallback(s) in the notebook's outputs, {len(roots)} on the page "
+                        "(the live widget view was chosen over the fallback?)")
+    for number, root in enumerate(roots):
+        frame = root.find_element(By.CSS_SELECTOR, "img.ppo-frame")
+        if not frame.is_displayed():
+            problems.append(f"widget fallback {number} is not visible")
+            continue
+        sliders = root.find_elements(By.CSS_SELECTOR, "input.ppo-slider")
+        if not sliders:
+            problems.append(f"widget fallback {number} has no slider")
+        for slider in sliders:
+            name = slider.get_attribute("data-param")
+            before_src, before = frame.get_attribute("src"), slider.get_attribute("value")
+            before_label = slider.find_element(By.XPATH, "..").find_element(By.CSS_SELECTOR, ".ppo-val").text
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", slider)
+            # a real key press on the range input, as a reader would do it (fires its input event)
+            slider.send_keys(Keys.HOME if int(before) > int(slider.get_attribute("min")) else Keys.END)
+            after_label = slider.find_element(By.XPATH, "..").find_element(By.CSS_SELECTOR, ".ppo-val").text
+            if slider.get_attribute("value") == before:
+                problems.append(f"widget fallback {number}: the {name} slider did not move")
+            elif frame.get_attribute("src") == before_src:
+                problems.append(f"widget fallback {number}: moving {name} did not change the picture")
+            elif after_label == before_label:
+                problems.append(f"widget fallback {number}: moving {name} did not update its value label")
+
+
+def _check_hidden_solutions(driver, nb, problems: list[str]) -> None:
+    """Each exercise's solution sits in a closed toggle that opens on a click."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    n_solutions = sum(cell.cell_type == "code" and "# SOLUTION START" in cell.source for cell in nb.cells)
+    cells = [cell for cell in driver.find_elements(By.CSS_SELECTOR, "div.cell")
+             if "# SOLUTION START" in (cell.get_attribute("textContent") or "")]
+    if len(cells) != n_solutions:
+        problems.append(f"{n_solutions} solution cells in the notebook, {len(cells)} on the page")
+    for number, cell in enumerate(cells):
+        code = cell.find_element(By.CSS_SELECTOR, ".cell_input")
+        if code.is_displayed():
+            problems.append(f"exercise solution {number} is visible without a click (tag its cell hide-input)")
+            continue
+        toggle = cell.find_elements(By.CSS_SELECTOR, "details > summary")
+        if not toggle:
+            problems.append(f"exercise solution {number} is hidden but has no toggle to show it")
+            continue
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", toggle[0])
+        toggle[0].click()
+        try:  # the toggle opens with a short animation
+            WebDriverWait(driver, 5).until(lambda _: code.is_displayed())
+        except TimeoutException:
+            problems.append(f"exercise solution {number}: clicking its toggle did not show it")
+
+
+def _check_notebook_links(driver, page: str, problems: list[str]) -> None:
+    """The page offers its notebook for download (a file in the built book) and a Colab launch link."""
+    from selenium.webdriver.common.by import By
+
+    name = Path(page).name
+    downloads = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "a.btn-download-source-button")]
+    downloads = [href for href in downloads if href and href.endswith(f"{name}.ipynb")]
+    if not downloads:
+        problems.append("no download button for the notebook")
+    elif not Path(unquote(urlparse(downloads[0]).path)).is_file():
+        problems.append(f"the download button points to a missing file: {downloads[0]}")
+    colab = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "a[href^='https://colab.research.google.com/github/']")]
+    if not any(href.endswith(f"{page}.ipynb") for href in colab):
+        problems.append("no 'Launch on Colab' link for the notebook")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_renders_offline(browser, page):
+    """Offline from disk: math typeset, images loaded, widgets' fallbacks work, solutions hidden, no JS errors."""
+    path = book.HTML / f"{page}.html"
+    assert path.is_file(), f"{path} was not built"
+    browser.get_log("browser")  # drop what earlier pages logged
+    browser.get(path.as_uri())
+    state = browser.execute_async_script(WAIT_FOR_PAGE)
+    found = browser.execute_script(INSPECT_PAGE)
+    problems = []
+    if state not in ("typeset", "no math"):
+        problems.append(state)
+    if found["untypeset"]:
+        problems.append(f"{len(found['untypeset'])} of {found['math']} math elements not typeset, e.g. {found['untypeset'][:3]}")
+    if found["tex_errors"]:
+        problems.append(f"TeX errors: {found['tex_errors'][:5]}")
+    if found["raw_tex"]:
+        problems.append(f"raw TeX left in the text: {found['raw_tex'][:5]}")
+    if found["broken_images"]:
+        problems.append(f"images that did not load: {found['broken_images'][:5]}")
+    if found["network"]:
+        problems.append(f"the page asked the network for: {found['network'][:5]}")
+
+    if page.startswith("chapters/"):
+        nb = _staged_notebook(page)
+        if found["math"] == 0:
+            problems.append("a chapter page without math: MathJax output expected")
+        if found["output_images"] == 0:
+            problems.append("no figure in the chapter's outputs")
+        _check_fallback_sliders(browser, page, nb, problems)
+        _check_hidden_solutions(browser, nb, problems)
+        _check_notebook_links(browser, page, problems)
+
+    errors = [entry["message"] for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    if errors:
+        problems.append("JavaScript console errors:\n    " + "\n    ".join(errors[:10]))
+    assert not problems, f"{page}.html:\n  " + "\n  ".join(problems)

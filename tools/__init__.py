@@ -1,0 +1,1 @@
+"""Build helpers for the book (not part of the installed package). See tools/book.py."""
