@@ -108,7 +108,7 @@ class PPOConfig:
     kl_coef: float = 0.02
     """Weight of the per-token KL penalty in the reward (initial value if adaptive)."""
     kl_estimator: str = "k1"
-    """Per-token KL estimator in the reward: k1, k2 or k3."""
+    """Per-token KL estimator in the reward: k1 (default; its REINFORCE gradient is the KL's, chapter 03), k2 or k3."""
     adaptive_kl: bool = False
     """Adapt kl_coef towards kl_target (Ziegler et al. 2019)."""
     kl_target: float = 6.0
