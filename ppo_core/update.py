@@ -31,7 +31,11 @@ def ppo_loss(actor, mb: dict, clip_eps: float, vf_clip_eps: float, vf_coef: floa
     mask = mb["mask"]
     pg_loss, pg_stats = policy_loss(logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps)
     vf_loss, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_clip_eps)
-    ent_loss, ent_stats = entropy_loss(logits, mask, temperature)
+    if ent_coef > 0:
+        ent_loss, ent_stats = entropy_loss(logits, mask, temperature)
+    else:  # only logged: no graph through the (B, T, V) softmax, which is large for a real vocabulary
+        with torch.no_grad():
+            ent_loss, ent_stats = entropy_loss(logits, mask, temperature)
     loss = pg_loss + vf_coef * vf_loss + ent_coef * ent_loss
     with torch.no_grad():
         max_log_ratio = (logprobs - mb["old_logprobs"]).abs().masked_fill(~mask, 0).max().item()

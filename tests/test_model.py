@@ -66,3 +66,69 @@ def test_value_head_stays_float32_with_bf16_trunk():
     ids, attn = torch.randint(3, 40, (2, 6), device="cuda"), torch.ones(2, 6, dtype=torch.long, device="cuda")
     logits, values = actor(ids, attn)
     assert logits.dtype == torch.bfloat16 and values.dtype == torch.float32
+
+
+def test_forward_with_a_cached_prefix_equals_the_full_forward():
+    """Positions after a cached prefix get the full forward's logits and values (left padding, absolute positions)."""
+    actor = ActorWithValueHead(_gpt2(), value_head_init_std=0.5).eval()
+    ids = torch.randint(3, 40, (2, 9))
+    attn = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1, 0], [1] * 9])  # left padding, and a masked last position
+    with torch.no_grad():
+        full_logits, full_values = actor(ids, attn)
+        pos = position_ids_from_mask(attn)
+        cache = actor.lm.base_model(input_ids=ids[:, :5], attention_mask=attn[:, :5], position_ids=pos[:, :5],
+                                    use_cache=True).past_key_values  # fmt: skip
+        logits, values = actor(ids[:, 5:], attn, past_key_values=cache)  # position ids from the whole mask
+    torch.testing.assert_close(logits, full_logits[:, 5:], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(values, full_values[:, 5:], atol=1e-5, rtol=1e-5)
+
+
+def _input_lengths(actor, *args, **kwargs):
+    """The sequence lengths of the trunk calls that ``actor(*args, **kwargs)`` makes."""
+    lengths = []
+    hook = actor.lm.base_model.register_forward_hook(lambda m, a, kw, out: lengths.append(kw["input_ids"].shape[1]),
+                                                     with_kwargs=True)  # fmt: skip
+    actor(*args, **kwargs)
+    hook.remove()
+    return lengths
+
+
+def test_float32_training_forward_runs_the_prefix_apart_with_the_same_numbers_and_gradients(monkeypatch):
+    """With gradients on, ``keep`` splits the trunk into two calls; logits, values and gradients do not change."""
+    import ppo_core.model
+
+    actor = ActorWithValueHead(_gpt2(), value_head_init_std=0.5).train()
+    ids = torch.randint(3, 40, (3, 10))
+    attn = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1, 0], [1] * 10, [0, 1, 1, 1, 1, 1, 1, 1, 1, 1]])
+    keep = slice(4, 9)
+    assert _input_lengths(actor, ids, attn, keep=keep) == [10]  # 3 x 4 prefix tokens: too few to pay, one call
+    monkeypatch.setattr(ppo_core.model, "SPLIT_MIN_PREFIX_TOKENS", 12)
+    assert _input_lengths(actor, ids, attn, keep=keep) == [4, 5]  # the prefix, then only the kept positions on its cache
+    logits, values = actor(ids, attn, keep=keep)
+    with torch.no_grad():
+        one_call_logits, one_call_values = actor(ids, attn, keep=keep)  # no gradients: a single call
+    torch.testing.assert_close(logits, one_call_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(values, one_call_values, atol=1e-5, rtol=1e-5)
+    params = [p for p in actor.lm.parameters()]
+    loss = (logits.log_softmax(-1)[..., 0] * attn[:, keep]).sum()
+    split_grads = torch.autograd.grad(loss, params, allow_unused=True)
+    full = actor.lm(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn)).logits[:, keep]
+    full_grads = torch.autograd.grad((full.log_softmax(-1)[..., 0] * attn[:, keep]).sum(), params, allow_unused=True)
+    for a, b in zip(split_grads, full_grads):
+        if b is not None:
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_activation_checkpointing_keeps_the_single_call(monkeypatch):
+    """transformers turns its cache off under activation checkpointing, so the prefix is not run apart there."""
+    import ppo_core.model
+
+    monkeypatch.setattr(ppo_core.model, "SPLIT_MIN_PREFIX_TOKENS", 0)
+    actor = ActorWithValueHead(_gpt2()).train()
+    enable = getattr(actor.lm, "activation_checkpointing_enable", None) or actor.lm.gradient_checkpointing_enable
+    enable()
+    ids, attn = torch.randint(3, 40, (2, 8)), torch.ones(2, 8, dtype=torch.long)
+    assert _input_lengths(actor, ids, attn, keep=slice(3, 7)) == [8]
+    logits, _ = actor(ids, attn, keep=slice(3, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(logits, actor(ids, attn, keep=slice(3, 7))[0])

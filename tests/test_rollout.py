@@ -49,3 +49,85 @@ def test_scored_logprobs_equal_generation_distribution(tiny_model_path):
     torch.testing.assert_close(ro.ref_logprobs, ro.logprobs)  # the reference starts as the same model
     wrong = logprobs_from_logits(torch.stack(out.scores, 1) * temperature, response, temperature=1.0)
     assert (wrong[:, :T][ro.mask] - ro.logprobs[ro.mask]).abs().max() > 1e-2  # without temperature: different
+
+
+# ---- the actor's scoring forward reuses generate's cache of the prompt (float32 only) ----------
+
+
+def _gpt2_folder(tmp_path):
+    """GPT-2 has absolute position embeddings: the cached prompt and the scored tail must agree on positions."""
+    from ppo_core.synthetic import SYNTHETIC_ALPHABET
+    from ppo_core.tiny import build_char_tokenizer, build_tiny_model, save_tiny
+
+    torch.manual_seed(0)
+    tok = build_char_tokenizer(SYNTHETIC_ALPHABET)
+    return str(save_tiny(build_tiny_model(tok, "gpt2", n_embd=32, n_layer=2, n_head=2), tok, tmp_path / "gpt2"))
+
+
+def _scored(lm, tok, batch_size, keep_cache, seed=0):
+    torch.manual_seed(123)
+    actor = ActorWithValueHead(lm, value_head_init_std=0.5)  # the same non-zero value head in every call
+    torch.manual_seed(seed)
+    ro = sample(lm, tok, PROMPTS, max_new_tokens=10, temperature=0.9, batch_size=batch_size, keep_cache=keep_cache)
+    kept = ro.caches is not None
+    score(actor, make_reference(actor), ro, 0.9, batch_size=2)
+    return ro, kept
+
+
+def test_score_from_generation_cache_equals_full_forward(tiny_model_path, tmp_path):
+    for path in (tiny_model_path, _gpt2_folder(tmp_path)):
+        lm, tok = _load(path)
+        for gen_batch in (0, 2):  # one generate call, or two chunks (3 prompts): one cache per chunk
+            full, kept = _scored(lm, tok, gen_batch, keep_cache=False)
+            assert not kept
+            cached, kept = _scored(lm, tok, gen_batch, keep_cache=True)
+            assert kept, "a float32 policy keeps generate's caches"
+            assert cached.caches is None and cached.cache_lm is None  # used once, then released
+            assert torch.equal(cached.response_ids, full.response_ids)
+            m = full.mask
+            torch.testing.assert_close(cached.logprobs[m], full.logprobs[m], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(cached.values[m], full.values[m], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(cached.ref_logprobs, full.ref_logprobs)
+
+
+def test_cache_of_another_model_is_not_used(tiny_model_path):
+    """A rollout sampled by one LM and scored by an actor around another must get the actor's own logprobs."""
+    lm, tok = _load(tiny_model_path)
+    other = ActorWithValueHead(AutoModelForCausalLM.from_pretrained(tiny_model_path).eval())
+    with torch.no_grad():
+        for p in other.lm.parameters():
+            p.mul_(1.5)  # a different policy
+    torch.manual_seed(0)
+    ro = sample(lm, tok, PROMPTS, max_new_tokens=8, temperature=1.0)
+    assert ro.caches is not None
+    score(other, make_reference(other), ro, 1.0, batch_size=3)
+    torch.testing.assert_close(ro.logprobs, ro.ref_logprobs)  # both the other model's own, full forward
+
+
+def test_low_precision_policy_keeps_no_cache(tiny_model_path):
+    lm, tok = _load(tiny_model_path)
+    lm = lm.to(torch.bfloat16)
+    torch.manual_seed(0)
+    ro = sample(lm, tok, PROMPTS, max_new_tokens=4, temperature=1.0)
+    assert ro.caches is None and ro.cache_lm is None
+
+
+def test_ratio_is_one_on_a_cached_rollout(tiny_model_path, monkeypatch):
+    """The logprob-consistency check of the first PPO minibatch passes on logprobs scored from the cache,
+    with the training forward's prompt run apart (``model.lm_logits``) as in large minibatches."""
+    import ppo_core.model
+    from ppo_core.update import minibatch_update
+
+    monkeypatch.setattr(ppo_core.model, "SPLIT_MIN_PREFIX_TOKENS", 0)
+    lm, tok = _load(tiny_model_path)
+    actor = ActorWithValueHead(lm)
+    torch.manual_seed(0)
+    ro = sample(lm, tok, PROMPTS * 2, max_new_tokens=10, temperature=0.7, batch_size=4)
+    assert ro.caches is not None
+    score(actor, make_reference(actor), ro, 0.7, batch_size=6)
+    mb = {"input_ids": ro.input_ids.clone(), "attention_mask": ro.attention_mask.clone(), "response_ids": ro.response_ids.clone(),
+          "mask": ro.mask.clone(), "old_logprobs": ro.logprobs.clone(), "old_values": ro.values.clone(),
+          "advantages": torch.randn(ro.mask.shape), "returns": torch.randn(ro.mask.shape), "keep": ro.keep}  # fmt: skip
+    optimizer = torch.optim.AdamW(actor.parameters(), lr=1e-3)
+    stats = minibatch_update(actor, optimizer, mb, temperature=0.7, ratio_tol=1e-5)  # raises if |log ratio| > 1e-5
+    assert stats["params/max_abs_log_ratio"] < 1e-5
