@@ -22,6 +22,7 @@ It also keeps a run safe to stop at any moment:
 
 import json
 import math
+import os
 import random
 import shutil
 import signal
@@ -295,13 +296,25 @@ class PPOTrainer:
         return path
 
     def _drop_checkpoints_after(self, step: int) -> None:
-        """Resuming from step N abandons what a previous attempt saved after N (it belongs to another trajectory)."""
+        """Resuming from step N abandons what a previous attempt saved after N (it belongs to another
+        trajectory). Nothing is deleted: the later checkpoints, the summary and a copy of the full logs
+        move to ``abandoned/after_step_N-<time>/``, out of the way of ``resume=auto`` and ``keep_last``."""
         later = later_checkpoints(self.out, step)
+        logs = [self.out / name for name in ("metrics.jsonl", "samples.jsonl")]
+        logged_after = any((_step_of_last_line(path) or 0) > step for path in logs if path.exists())
+        if not later and not logged_after:
+            return
+        aside = self.out / "abandoned" / f"after_step_{step}-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside.mkdir(parents=True, exist_ok=True)
+        for path in logs:
+            if path.exists():
+                shutil.copy2(path, aside / path.name)  # the full logs; the run's own copies are cut back below
+        for path in [*later, self.out / "summary.json"]:
+            if path.exists():
+                os.replace(path, aside / path.name)
         if later:
-            warnings.warn(f"resuming from step {step}: removing later checkpoints {', '.join(sorted(p.name for p in later))}")
-            (self.out / "summary.json").unlink(missing_ok=True)
-        for p in later:
-            shutil.rmtree(p)
+            warnings.warn(f"resuming from step {step}: moved later checkpoints {', '.join(sorted(p.name for p in later))} "
+                          f"to {aside.relative_to(self.out)}")
 
     def load_checkpoint(self, path) -> None:
         """Restore model, value head, optimizer, KL controller, RNG states and step count from a checkpoint."""
@@ -385,6 +398,16 @@ class PPOTrainer:
                 self.save_checkpoint(path.name)
         self.logger.close()
         return {"interrupted": signal.Signals(signum).name, "step": self.step_count, "checkpoint": str(path) if path else None}
+
+
+def _step_of_last_line(path) -> int | None:
+    """The step of the last complete line of a JSONL log (None if there is none)."""
+    for line in reversed(Path(path).read_text().splitlines()):
+        try:
+            return int(json.loads(line).get("step", 0))
+        except (ValueError, AttributeError):
+            continue
+    return None
 
 
 def explained_variance(values, returns, mask) -> float:

@@ -405,8 +405,11 @@ def test_kill_9_during_a_save_then_resume_matches_the_uninterrupted_run(referenc
 def test_resume_from_an_earlier_checkpoint_replays_the_same_steps(reference_run, tiny_model_path, tmp_path):
     """Resume from step_2 (the untrained model's value head is still 0 at step_1, so this one checks its restore)."""
     out = shutil.copytree(reference_run, tmp_path / "run")
-    with pytest.warns(UserWarning, match="removing later checkpoints final, step_3"):
+    with pytest.warns(UserWarning, match="moved later checkpoints final, step_3 to abandoned"):
         assert main(_overrides(tiny_model_path, out, 3, f"train.resume={out / 'step_2'}")) == 0
+    (aside,) = (out / "abandoned").iterdir()  # nothing of the abandoned attempt is deleted
+    _assert_same_weights(aside / "final", reference_run / "final")
+    assert (aside / "metrics.jsonl").read_text() == (reference_run / "metrics.jsonl").read_text()
     assert _no_time(read_metrics(out)) == _no_time(read_metrics(reference_run))
     _assert_same_weights(out / "final", reference_run / "final")
     _assert_same_weights(out / "step_3", reference_run / "step_3")
