@@ -75,6 +75,12 @@ def _step_of(line: str) -> int | None:
         return None
 
 
+def last_logged_step(path) -> int | None:
+    """The step of the last complete line of a JSONL log (None if there is none)."""
+    steps = [s for s in map(_step_of, Path(path).read_text().splitlines()) if s is not None]
+    return steps[-1] if steps else None
+
+
 def read_metrics(path) -> list[dict]:
     """The records of a metrics.jsonl file (a run folder or the file itself)."""
     path = Path(path)

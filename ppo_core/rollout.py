@@ -90,10 +90,11 @@ def tokenize_prompts(tokenizer, prompts: list[str], max_prompt_len: int, device)
 
 @torch.inference_mode()
 def sample(lm, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float | None,
-           max_prompt_len: int = 512, batch_size: int = 0, keep_cache: bool = True) -> Rollout:
+           max_prompt_len: int = 512, batch_size: int = 0, keep_cache: bool = False) -> Rollout:
     """Generate one response per prompt (``temperature=None``: greedy). Returns a Rollout without scores.
 
-    ``keep_cache``: keep generate's key/value caches in the Rollout for ``score`` (float32 ``lm`` only).
+    ``keep_cache``: keep generate's key/value caches in the Rollout for ``score`` (float32 ``lm`` only);
+    the trainer sets it, callers that never score (evaluation) leave it off and hold no cache.
     """
     device = next(lm.parameters()).device
     ids, attn = tokenize_prompts(tokenizer, prompts, max_prompt_len, device)  # (B, P)

@@ -41,7 +41,7 @@ from .config import Config, ConfigError
 from .gae import compute_gae, token_rewards
 from .kl import AdaptiveKLController, FixedKLController, kl_penalty
 from .masking import masked_mean, masked_var, masked_whiten
-from .metrics import MetricsLogger, plot_dashboard, read_metrics
+from .metrics import MetricsLogger, last_logged_step, plot_dashboard, read_metrics
 from .model import ActorWithValueHead
 from .rollout import sample, score
 from .setup import build_optimizer, fit_prompt_len, load_models, load_task, resolve_device
@@ -222,7 +222,7 @@ class PPOTrainer:
         cfg = self.cfg
         try:
             return sample(self.actor.lm, self.tokenizer, self.prompts(records), cfg.rollout.max_new_tokens,
-                          cfg.rollout.temperature, cfg.data.max_prompt_len, cfg.rollout.generation_batch_size)
+                          cfg.rollout.temperature, cfg.data.max_prompt_len, cfg.rollout.generation_batch_size, keep_cache=True)
         except RuntimeError as err:  # torch.multinomial on NaN/inf probabilities
             if "probability tensor contains" not in str(err):
                 raise
@@ -301,7 +301,7 @@ class PPOTrainer:
         move to ``abandoned/after_step_N-<time>/``, out of the way of ``resume=auto`` and ``keep_last``."""
         later = later_checkpoints(self.out, step)
         logs = [self.out / name for name in ("metrics.jsonl", "samples.jsonl")]
-        logged_after = any((_step_of_last_line(path) or 0) > step for path in logs if path.exists())
+        logged_after = any((last_logged_step(path) or 0) > step for path in logs if path.exists())
         if not later and not logged_after:
             return
         aside = self.out / "abandoned" / f"after_step_{step}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -398,16 +398,6 @@ class PPOTrainer:
                 self.save_checkpoint(path.name)
         self.logger.close()
         return {"interrupted": signal.Signals(signum).name, "step": self.step_count, "checkpoint": str(path) if path else None}
-
-
-def _step_of_last_line(path) -> int | None:
-    """The step of the last complete line of a JSONL log (None if there is none)."""
-    for line in reversed(Path(path).read_text().splitlines()):
-        try:
-            return int(json.loads(line).get("step", 0))
-        except (ValueError, AttributeError):
-            continue
-    return None
 
 
 def explained_variance(values, returns, mask) -> float:

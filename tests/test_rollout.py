@@ -98,7 +98,7 @@ def test_cache_of_another_model_is_not_used(tiny_model_path):
         for p in other.lm.parameters():
             p.mul_(1.5)  # a different policy
     torch.manual_seed(0)
-    ro = sample(lm, tok, PROMPTS, max_new_tokens=8, temperature=1.0)
+    ro = sample(lm, tok, PROMPTS, max_new_tokens=8, temperature=1.0, keep_cache=True)
     assert ro.caches is not None
     score(other, make_reference(other), ro, 1.0, batch_size=3)
     torch.testing.assert_close(ro.logprobs, ro.ref_logprobs)  # both the other model's own, full forward
@@ -108,7 +108,7 @@ def test_low_precision_policy_keeps_no_cache(tiny_model_path):
     lm, tok = _load(tiny_model_path)
     lm = lm.to(torch.bfloat16)
     torch.manual_seed(0)
-    ro = sample(lm, tok, PROMPTS, max_new_tokens=4, temperature=1.0)
+    ro = sample(lm, tok, PROMPTS, max_new_tokens=4, temperature=1.0, keep_cache=True)
     assert ro.caches is None and ro.cache_lm is None
 
 
@@ -122,7 +122,7 @@ def test_ratio_is_one_on_a_cached_rollout(tiny_model_path, monkeypatch):
     lm, tok = _load(tiny_model_path)
     actor = ActorWithValueHead(lm)
     torch.manual_seed(0)
-    ro = sample(lm, tok, PROMPTS * 2, max_new_tokens=10, temperature=0.7, batch_size=4)
+    ro = sample(lm, tok, PROMPTS * 2, max_new_tokens=10, temperature=0.7, batch_size=4, keep_cache=True)
     assert ro.caches is not None
     score(actor, make_reference(actor), ro, 0.7, batch_size=6)
     mb = {"input_ids": ro.input_ids.clone(), "attention_mask": ro.attention_mask.clone(), "response_ids": ro.response_ids.clone(),
