@@ -20,8 +20,16 @@ from pathlib import Path
 
 def run_seed(seed: int, overrides: list[str], workdir: Path) -> dict:
     out = workdir / f"seed{seed}"
-    cmd = [sys.executable, "-m", "ppo_core.train", f"train.seed={seed}", f"train.output_dir={out}",
-           f"warmstart.cache_dir={workdir / 'cache'}", "train.progress=false", *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ppo_core.train",
+        f"train.seed={seed}",
+        f"train.output_dir={out}",
+        f"warmstart.cache_dir={workdir / 'cache'}",
+        "train.progress=false",
+        *overrides,
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -31,9 +39,15 @@ def run_seed(seed: int, overrides: list[str], workdir: Path) -> dict:
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in steps if "params/approx_kl" in r]
     rng = lambda k: (min(r[k] for r in steps), max(r[k] for r in steps))  # noqa: E731
-    return {"seed": seed, "wall_s": wall, **summary, "approx_kl": rng("params/approx_kl"),
-            "policy_clipfrac": rng("params/policy_clipfrac"), "value_clipfrac": rng("params/value_clipfrac"),
-            "kl_to_ref_last": steps[-1]["params/kl_to_ref"]}
+    return {
+        "seed": seed,
+        "wall_s": wall,
+        **summary,
+        "approx_kl": rng("params/approx_kl"),
+        "policy_clipfrac": rng("params/policy_clipfrac"),
+        "value_clipfrac": rng("params/value_clipfrac"),
+        "kl_to_ref_last": steps[-1]["params/kl_to_ref"],
+    }
 
 
 def main() -> None:
@@ -49,12 +63,15 @@ def main() -> None:
             r = rows[-1]
             peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
             gain = 100 * (r["after/sampled_accuracy"] - r["before/sampled_accuracy"])
-            print(f"seed {seed}: {r['wall_s']:.0f} s, peak RSS {peak_mb:.0f} MB (max over runs so far) | sampled "
-                  f"{r['before/sampled_accuracy']:.3f} -> {r['after/sampled_accuracy']:.3f} ({gain:+.1f} pts) | greedy "
-                  f"{r['before/greedy_accuracy']:.3f} -> {r['after/greedy_accuracy']:.3f} | approx_kl "
-                  f"{r['approx_kl'][0]:.4f}..{r['approx_kl'][1]:.4f} | policy clipfrac {r['policy_clipfrac'][0]:.3f}.."
-                  f"{r['policy_clipfrac'][1]:.3f} | value clipfrac {r['value_clipfrac'][0]:.3f}..{r['value_clipfrac'][1]:.3f}"
-                  f" | KL to ref (last) {r['kl_to_ref_last']:.2f} nats", flush=True)
+            print(
+                f"seed {seed}: {r['wall_s']:.0f} s, peak RSS {peak_mb:.0f} MB (max over runs so far) | sampled "
+                f"{r['before/sampled_accuracy']:.3f} -> {r['after/sampled_accuracy']:.3f} ({gain:+.1f} pts) | greedy "
+                f"{r['before/greedy_accuracy']:.3f} -> {r['after/greedy_accuracy']:.3f} | approx_kl "
+                f"{r['approx_kl'][0]:.4f}..{r['approx_kl'][1]:.4f} | policy clipfrac {r['policy_clipfrac'][0]:.3f}.."
+                f"{r['policy_clipfrac'][1]:.3f} | value clipfrac {r['value_clipfrac'][0]:.3f}..{r['value_clipfrac'][1]:.3f}"
+                f" | KL to ref (last) {r['kl_to_ref_last']:.2f} nats",
+                flush=True,
+            )
     ok = all(r["wall_s"] <= 300 and r["after/sampled_accuracy"] - r["before/sampled_accuracy"] >= 0.40 for r in rows)
     print(f"bars (<= 300 s and >= +40 points on every seed): {'met' if ok else 'NOT met'}")
 

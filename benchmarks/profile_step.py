@@ -18,8 +18,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # import the sibling script vs_trl.py
-import vs_trl  # noqa: E402  (sets the environment before torch loads)
 import torch  # noqa: E402
+import vs_trl  # noqa: E402  (sets the environment before torch loads)
 
 
 def labelled(name: str, fn):
@@ -54,9 +54,7 @@ def profile_ours(s, model_path: str, threads: int, updates: int):
 
 def profile_trl(s, model_path: str, threads: int, updates: int):
     import trl.experimental.ppo.ppo_trainer as m
-    from transformers import TrainerCallback
-
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, TrainerCallback
 
     from ppo_core.config import load_config
     from ppo_core.setup import load_task
@@ -98,7 +96,7 @@ def profile_trl(s, model_path: str, threads: int, updates: int):
 OPTIMISATIONS = {
     "prompt cache": "scoring reuses generate's keys and values of the prompt (rollout.sample keep_cache)",
     "prefix split": "the float32 training forward runs the prompt apart (model.lm_logits), skipping backward work; "
-                    "only from model.SPLIT_MIN_PREFIX_TOKENS prompt tokens per minibatch on",
+    "only from model.SPLIT_MIN_PREFIX_TOKENS prompt tokens per minibatch on",
 }
 
 
@@ -127,10 +125,14 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
             model_module._split_prefix = real_split if v["split"] else (lambda lm, prefix_tokens: False)
             c0 = time.process_time()
             m = trainer.step()
-            times[name].append((m["time/rollout"], m["time/score"], m["time/update"], m["time/step"], time.process_time() - c0))
+            times[name].append(
+                (m["time/rollout"], m["time/score"], m["time/update"], m["time/step"], time.process_time() - c0)
+            )
         trainer_module.sample, model_module._split_prefix = real_sample, real_split
         trainer.logger.close()
-    print(f"\nours, like-for-like, B={s.batch_size}: median of {updates} steps each, interleaved (load {vs_trl.load_average()})")
+    print(
+        f"\nours, like-for-like, B={s.batch_size}: median of {updates} steps each, interleaved (load {vs_trl.load_average()})"
+    )
     print(f"  {'':32} {'generation':>10} {'scoring':>8} {'update':>8} {'step':>8} {'CPU s':>8}")
     for name, rows in times.items():
         med = [statistics.median(r[k] for r in rows) for k in range(5)]
@@ -147,7 +149,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--minibatch-size", type=int, default=64)
     ap.add_argument("--top", type=int, default=20)
-    ap.add_argument("--ab", action="store_true", help="time ours with and without its optimisations instead of profiling")
+    ap.add_argument(
+        "--ab", action="store_true", help="time ours with and without its optimisations instead of profiling"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers.utils.logging import disable_progress_bar

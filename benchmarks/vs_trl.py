@@ -256,7 +256,9 @@ def forward_flops(cfg, B: int, L: int, T: int, lm_head: bool = True) -> float:
 def update_flops(cfg, u: "Update", epochs: int, trunks: int) -> float:
     """FLOPs of the PPO epochs of one update: forward + backward = 3 forwards, for each trained trunk."""
     B, P, T = u.shape
-    return epochs * 3 * (forward_flops(cfg, B, P + T, T) + (trunks - 1) * forward_flops(cfg, B, P + T, T, lm_head=False))
+    return (
+        epochs * 3 * (forward_flops(cfg, B, P + T, T) + (trunks - 1) * forward_flops(cfg, B, P + T, T, lm_head=False))
+    )
 
 
 def matmul_rate(device: str = "cpu") -> float:
@@ -331,8 +333,11 @@ def run_pair(s: Setting, model_path: str, threads: int, device: str = "cpu", dty
                 if not quiet:
                     t, o = trl_side[-1], ours_side[-1]
                     tag = "warm-up" if len(trl_side) == 1 else f"update {len(trl_side) - 1}"
-                    print(f"    {tag:>9}: TRL {t.total:6.2f} s, {t.cpu:6.2f} CPU s (gc {t.gc:.2f} s, reward {t.reward:.3f})   "
-                          f"ours {o.total:6.2f} s, {o.cpu:6.2f} CPU s (reward {o.reward:.3f})   load {load_average()}", flush=True)
+                    print(
+                        f"    {tag:>9}: TRL {t.total:6.2f} s, {t.cpu:6.2f} CPU s (gc {t.gc:.2f} s, reward {t.reward:.3f})   "
+                        f"ours {o.total:6.2f} s, {o.cpu:6.2f} CPU s (reward {o.reward:.3f})   load {load_average()}",
+                        flush=True,
+                    )
                 self.resume, self.resume_cpu = time.perf_counter(), time.process_time()
 
         ours_module.score = score_and_record_shape
@@ -373,27 +378,39 @@ def summarize(s: Setting, trl_side: list[Update], ours_side: list[Update], model
     out["ratio_no_gc"] = out["ours"] / _median([u.total - u.gc for u in trl_t])
     if model_cfg is not None:  # achieved FLOP/s in the PPO epochs; TRL trains two trunks (policy, value)
         for side, ups, trunks in (("trl", trl_t, 2), ("ours", ours_t, 1)):
-            out[f"{side}_update_flops"] = _median([update_flops(model_cfg, u, s.ppo_epochs, trunks) / u.update for u in ups])
+            out[f"{side}_update_flops"] = _median(
+                [update_flops(model_cfg, u, s.ppo_epochs, trunks) / u.update for u in ups]
+            )
     return out
 
 
 def print_summary(r: dict, s: Setting) -> None:
     lo, hi = min(r["ratios"]), max(r["ratios"])
-    print(f"\n  {r['setting']}: B={s.batch_size}, minibatch {s.minibatch_size}, {s.ppo_epochs} epochs, T<={s.response_length}, "
-          f"temperature {s.temperature}; median of {len(r['ratios'])} updates")
+    print(
+        f"\n  {r['setting']}: B={s.batch_size}, minibatch {s.minibatch_size}, {s.ppo_epochs} epochs, T<={s.response_length}, "
+        f"temperature {s.temperature}; median of {len(r['ratios'])} updates"
+    )
     print(f"  {'':8} {'s/update':>9} {'generation':>22} {'scoring':>22} {'update':>22}   P, T (median)")
     for side, name in (("trl", "TRL"), ("ours", "ours")):
         cells = [f"{r[f'{side}_{k}_s']:5.2f} s {r[f'{side}_{k}_tps']:7.0f} tok/s" for k in ("gen", "score", "update")]
-        print(f"  {name:8} {r[side]:9.2f} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22}   {r[f'{side}_PT'][0]:.0f}, {r[f'{side}_PT'][1]:.0f}")
+        print(
+            f"  {name:8} {r[side]:9.2f} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22}   {r[f'{side}_PT'][0]:.0f}, {r[f'{side}_PT'][1]:.0f}"
+        )
     speed = [r[f"ours_{k}_tps"] / r[f"trl_{k}_tps"] for k in ("gen", "score", "update")]
-    print(f"  ratio ours/TRL time per update: {r['ratio']:.2f} (per update {lo:.2f}..{hi:.2f}); in CPU seconds "
-          f"{r['ours_cpu']:.2f}/{r['trl_cpu']:.2f} = {r['cpu_ratio']:.2f}")
-    print(f"  throughput ours/TRL: generation {speed[0]:.2f}x, scoring {speed[1]:.2f}x, update {speed[2]:.2f}x; "
-          f"TRL's gc.collect() calls: {r['trl_gc']:.2f} s per update (ratio without them: {r['ratio_no_gc']:.2f})")
+    print(
+        f"  ratio ours/TRL time per update: {r['ratio']:.2f} (per update {lo:.2f}..{hi:.2f}); in CPU seconds "
+        f"{r['ours_cpu']:.2f}/{r['trl_cpu']:.2f} = {r['cpu_ratio']:.2f}"
+    )
+    print(
+        f"  throughput ours/TRL: generation {speed[0]:.2f}x, scoring {speed[1]:.2f}x, update {speed[2]:.2f}x; "
+        f"TRL's gc.collect() calls: {r['trl_gc']:.2f} s per update (ratio without them: {r['ratio_no_gc']:.2f})"
+    )
     if "ours_update_flops" in r:
-        print(f"  PPO epochs' arithmetic (estimate): ours {r['ours_update_flops'] / 1e9:.0f} GFLOP/s, TRL "
-              f"{r['trl_update_flops'] / 1e9:.0f} GFLOP/s (policy and value trunks); a large fp32 matmul here: "
-              f"{r['matmul'] / 1e9:.0f} GFLOP/s")
+        print(
+            f"  PPO epochs' arithmetic (estimate): ours {r['ours_update_flops'] / 1e9:.0f} GFLOP/s, TRL "
+            f"{r['trl_update_flops'] / 1e9:.0f} GFLOP/s (policy and value trunks); a large fp32 matmul here: "
+            f"{r['matmul'] / 1e9:.0f} GFLOP/s"
+        )
 
 
 def print_rewards(r: dict, batch_size: int) -> None:
@@ -416,8 +433,10 @@ def machine() -> str:
     import transformers
     import trl
 
-    return (f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__} ({torch.get_num_threads()} threads), "
-            f"transformers {transformers.__version__}, trl {trl.__version__}, Python {platform.python_version()}")
+    return (
+        f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"transformers {transformers.__version__}, trl {trl.__version__}, Python {platform.python_version()}"
+    )
 
 
 def load_average() -> str:
@@ -454,15 +473,20 @@ def run_grid(batch_sizes, lengths, base_T: int, base_B: int, updates: int, threa
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         path = random_tiny(Path(tmp) / "random-tiny")
-        points = [(B, base_T) for B in batch_sizes] + [(base_B, T) for T in lengths if (base_B, T) not in [(b, base_T) for b in batch_sizes]]
+        points = [(B, base_T) for B in batch_sizes] + [
+            (base_B, T) for T in lengths if (base_B, T) not in [(b, base_T) for b in batch_sizes]
+        ]
         for B, T in points:
             s = Setting(f"B={B} T={T}", batch_size=B, minibatch_size=max(1, B // 2), response_length=T, updates=updates,
                         ours_overrides=LIKE_FOR_LIKE)  # fmt: skip
             trl_side, ours_side = run_pair(s, path, threads, device, quiet=True)
             r = summarize(s, trl_side, ours_side)
             rows.append({"B": B, "T": T, **r})
-            print(f"  B={B:4d} T={T:4d}: TRL {r['trl']:7.2f} s  ours {r['ours']:7.2f} s  ratio {r['ratio']:.2f}  "
-                  f"(generated T {r['trl_PT'][1]:.0f} / {r['ours_PT'][1]:.0f}; load {load_average()})", flush=True)
+            print(
+                f"  B={B:4d} T={T:4d}: TRL {r['trl']:7.2f} s  ours {r['ours']:7.2f} s  ratio {r['ratio']:.2f}  "
+                f"(generated T {r['trl_PT'][1]:.0f} / {r['ours_PT'][1]:.0f}; load {load_average()})",
+                flush=True,
+            )
     return rows
 
 
@@ -526,8 +550,10 @@ def qwen_report(args) -> None:
     from ppo_core.update import minibatch_update
 
     device = torch.device(args.device)
-    print("\n== GPU report on a random-init Qwen2-0.5B-shaped model, bf16 (ours only). UNMEASURED: this path was "
-          "written on a machine without a GPU and has never been run on one; check it before trusting a number.")
+    print(
+        "\n== GPU report on a random-init Qwen2-0.5B-shaped model, bf16 (ours only). UNMEASURED: this path was "
+        "written on a machine without a GPU and has never been run on one; check it before trusting a number."
+    )
     torch.manual_seed(0)
     lm, cfg = qwen_shaped(args.qwen_layers)
     lm.to(device)
@@ -540,8 +566,10 @@ def qwen_report(args) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     flops_peak, bw_nominal = next((v for k, v in NOMINAL.items() if k in name), (float("nan"), float("nan")))
     bw = _copy_bandwidth(device)
-    print(f"  device {name}; {n_params / 1e6:.0f} M parameters; measured copy bandwidth {bw / 1e9:.0f} GB/s "
-          f"(nominal {bw_nominal / 1e9:.0f} GB/s); nominal dense bf16 {flops_peak / 1e12:.0f} TFLOP/s")
+    print(
+        f"  device {name}; {n_params / 1e6:.0f} M parameters; measured copy bandwidth {bw / 1e9:.0f} GB/s "
+        f"(nominal {bw_nominal / 1e9:.0f} GB/s); nominal dense bf16 {flops_peak / 1e12:.0f} TFLOP/s"
+    )
     # generation: prefill + 1 token, then prefill + T tokens; the difference is T - 1 decode steps
     sample(lm, tok, prompts[:2], 2, 1.0)  # warm-up
     ro1, t1 = _timed(lambda: sample(lm, tok, prompts, 1, 1.0, keep_cache=False), device)
@@ -549,11 +577,15 @@ def qwen_report(args) -> None:
     P, T_gen = roT.prompt_len, roT.response_ids.shape[1]
     decode_tps = B * (T_gen - 1) / max(tT - t1, 1e-9)
     head_dim = cfg.hidden_size // cfg.num_attention_heads
-    kv_bytes = B * (P + T_gen / 2) * cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * head_dim * 2  # bf16, mean length
+    kv_bytes = (
+        B * (P + T_gen / 2) * cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * head_dim * 2
+    )  # bf16, mean length
     bound = B * bw / (2 * n_params + kv_bytes)  # every decode step reads every weight and the whole KV cache once
-    print(f"  generation: B={B}, P={P}, T={T_gen}: {B * T_gen / tT:,.0f} tok/s overall; decode {decode_tps:,.0f} tok/s = "
-          f"{decode_tps / bound:.0%} of the bandwidth bound {bound:,.0f} tok/s (weights {2 * n_params / 1e9:.2f} GB + "
-          f"KV {kv_bytes / 1e9:.2f} GB per step, at the measured bandwidth)")
+    print(
+        f"  generation: B={B}, P={P}, T={T_gen}: {B * T_gen / tT:,.0f} tok/s overall; decode {decode_tps:,.0f} tok/s = "
+        f"{decode_tps / bound:.0%} of the bandwidth bound {bound:,.0f} tok/s (weights {2 * n_params / 1e9:.2f} GB + "
+        f"KV {kv_bytes / 1e9:.2f} GB per step, at the measured bandwidth)"
+    )
     score(actor, ref, roT, 1.0, mb)
     L = roT.input_ids.shape[1]
     n_body = n_params - cfg.vocab_size * cfg.hidden_size  # the tied embedding/LM head counted separately
@@ -569,11 +601,16 @@ def qwen_report(args) -> None:
             torch.cuda.reset_peak_memory_stats(device)
         minibatch_update(actor, optimizer, batch, temperature=1.0)  # warm-up (creates the optimizer state)
         _, t = _timed(lambda: minibatch_update(actor, optimizer, batch, temperature=1.0), device)
-        flops = 3 * (2 * n_body * mb * L + 2 * cfg.hidden_size * cfg.vocab_size * mb * T_gen
-                     + 2 * cfg.num_hidden_layers * mb * L * L * cfg.hidden_size)  # fwd + bwd = 3 x fwd; causal attention
+        flops = 3 * (
+            2 * n_body * mb * L
+            + 2 * cfg.hidden_size * cfg.vocab_size * mb * T_gen
+            + 2 * cfg.num_hidden_layers * mb * L * L * cfg.hidden_size
+        )  # fwd + bwd = 3 x fwd; causal attention
         peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
-        print(f"  update ({opt_name:9s}): minibatch {mb} x {L} tokens: {t:.3f} s, {flops / t / 1e12:.1f} TFLOP/s = "
-              f"MFU {flops / t / flops_peak:.1%}; peak memory {peak:.1f} GiB (policy + reference + optimizer + activations)")
+        print(
+            f"  update ({opt_name:9s}): minibatch {mb} x {L} tokens: {t:.3f} s, {flops / t / 1e12:.1f} TFLOP/s = "
+            f"MFU {flops / t / flops_peak:.1%}; peak memory {peak:.1f} GiB (policy + reference + optimizer + activations)"
+        )
         del optimizer
 
 
@@ -582,23 +619,40 @@ def qwen_report(args) -> None:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--updates", type=int, default=10, help="timed updates per setting, after one warm-up (default 10)")
-    ap.add_argument("--threads", type=int, default=max(1, min(os.cpu_count() or 1, 16)), help="torch threads (default: all cores, at most 16)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=max(1, min(os.cpu_count() or 1, 16)),
+        help="torch threads (default: all cores, at most 16)",
+    )
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--minibatch-size", type=int, default=64)
     ap.add_argument("--ppo-epochs", type=int, default=2)
     ap.add_argument("--response-length", type=int, default=24)
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--settings", nargs="+", default=["like-for-like", "as-designed"],
-                    choices=["like-for-like", "as-designed", "none"], help="the side-by-side runs ('none': the grid only)")
+    ap.add_argument(
+        "--settings",
+        nargs="+",
+        default=["like-for-like", "as-designed"],
+        choices=["like-for-like", "as-designed", "none"],
+        help="the side-by-side runs ('none': the grid only)",
+    )
     ap.add_argument("--grid", choices=["quick", "full", "none"], default="quick", help="the scale grid (default quick)")
     ap.add_argument("--full", action="store_true", help="same as --grid full")
     ap.add_argument("--grid-batch-sizes", type=int, nargs="+", help="override the grid's batch sizes")
     ap.add_argument("--grid-lengths", type=int, nargs="+", help="override the grid's response lengths")
     ap.add_argument("--grid-updates", type=int, default=2, help="timed updates per grid point (default 2)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--qwen-0.5b", dest="qwen", action="store_true", help="CUDA report on a random-init Qwen2-0.5B-shaped model in bf16")
+    ap.add_argument(
+        "--qwen-0.5b",
+        dest="qwen",
+        action="store_true",
+        help="CUDA report on a random-init Qwen2-0.5B-shaped model in bf16",
+    )
     ap.add_argument("--qwen-layers", type=int, default=24, help=argparse.SUPPRESS)  # a smaller model for smoke tests
     args = ap.parse_args(argv)
     if args.full:
@@ -618,8 +672,10 @@ def main(argv=None) -> None:
     print(f"machine: {machine()}")
     print(f"load average at start: {load_average()} (1, 5, 15 min)", flush=True)
     if args.device == "cuda":
-        print("note: the CUDA path was written on a machine without a GPU and never run there: UNMEASURED. Phase "
-              "times are taken without device synchronisation; totals per update are synchronised by .item() calls.")
+        print(
+            "note: the CUDA path was written on a machine without a GPU and never run there: UNMEASURED. Phase "
+            "times are taken without device synchronisation; totals per update are synchronised by .item() calls."
+        )
     if args.qwen:
         qwen_report(args)
         return
@@ -636,7 +692,10 @@ def main(argv=None) -> None:
     for key in [k for k in args.settings if k != "none"]:
         s = settings[key]
         what = "TRL with the rule reward as a module" if s.trl_reward == "rule" else "TRL with a reward model"
-        print(f"\n== {s.name} ({what}; ours {' '.join(s.ours_overrides) or 'the cpu preset'}); load {load_average()}", flush=True)
+        print(
+            f"\n== {s.name} ({what}; ours {' '.join(s.ours_overrides) or 'the cpu preset'}); load {load_average()}",
+            flush=True,
+        )
         trl_side, ours_side = run_pair(s, model_path, args.threads, args.device)
         r = summarize(s, trl_side, ours_side, AutoConfig.from_pretrained(model_path))
         r["matmul"] = matmul_rate(args.device)
@@ -652,13 +711,18 @@ def main(argv=None) -> None:
         bs = args.grid_batch_sizes or ([8, 16, 32, 64, 128, 256] if full else [8, 32, 128])
         ts = args.grid_lengths or ([16, 32, 64, 128] if full else [16, 64, 128])
         updates = max(3, args.grid_updates) if full else args.grid_updates
-        print(f"\n== scale grid ({args.grid}): batch sizes {bs} at T=32, response lengths {ts} at B=32; "
-              f"{updates} timed updates per point after a warm-up", flush=True)
+        print(
+            f"\n== scale grid ({args.grid}): batch sizes {bs} at T=32, response lengths {ts} at B=32; "
+            f"{updates} timed updates per point after a warm-up",
+            flush=True,
+        )
         print_grid(run_grid(bs, ts, 32, 32, updates, args.threads, args.device))
     print(f"\nload average at the end: {load_average()}")
     for s, r in results:
-        print(f"RESULT {s.name}: ours {r['ours']:.2f} s/update, TRL {r['trl']:.2f} s/update, ratio ours/TRL {r['ratio']:.2f} "
-              f"(CPU seconds {r['cpu_ratio']:.2f})")
+        print(
+            f"RESULT {s.name}: ours {r['ours']:.2f} s/update, TRL {r['trl']:.2f} s/update, ratio ours/TRL {r['ratio']:.2f} "
+            f"(CPU seconds {r['cpu_ratio']:.2f})"
+        )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,18 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["STATE_FILE", "checkpoint_step", "latest_checkpoint", "write_atomically", "recover_interrupted_saves",
-           "clear_run", "prune", "later_checkpoints", "config_changes", "StopOnSignal"]
+__all__ = [
+    "STATE_FILE",
+    "checkpoint_step",
+    "latest_checkpoint",
+    "write_atomically",
+    "recover_interrupted_saves",
+    "clear_run",
+    "prune",
+    "later_checkpoints",
+    "config_changes",
+    "StopOnSignal",
+]
 
 STATE_FILE = "trainer_state.pt"
 SAVE_PAUSE_ENV = "PPO_CORE_SAVE_PAUSE"
@@ -64,7 +74,9 @@ def latest_checkpoint(output_dir) -> Path | None:
 
 def later_checkpoints(output_dir, step: int) -> list[Path]:
     """The checkpoints in ``output_dir`` saved after ``step`` (by an attempt that a resume abandons)."""
-    return sorted(p for p in Path(output_dir).glob("*") if _is_checkpoint_name(p.name) and (checkpoint_step(p) or 0) > step)
+    return sorted(
+        p for p in Path(output_dir).glob("*") if _is_checkpoint_name(p.name) and (checkpoint_step(p) or 0) > step
+    )
 
 
 def write_atomically(output_dir, name: str, write) -> Path:
@@ -141,8 +153,11 @@ class StopOnSignal:
         if self.signum is not None:  # the second signal: stop now (the last checkpoint stays intact)
             raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(128 + signum)
         self.signum = signum
-        os.write(2, f"\n{signal.Signals(signum).name}: finishing the step in flight, then saving a checkpoint "
-                    "(send it again to stop at once)\n".encode())
+        os.write(
+            2,
+            f"\n{signal.Signals(signum).name}: finishing the step in flight, then saving a checkpoint "
+            "(send it again to stop at once)\n".encode(),
+        )
 
     def __exit__(self, *exc) -> None:
         for s, handler in self.previous.items():

@@ -232,7 +232,9 @@ def _merge(base, other, what: str, override_key: str = ""):
         hint = _did_you_mean(key, _all_keys(base))
         raise ConfigError(f"unknown config key {key!r} in {what}{hint}") from None
     except ValidationError as e:
-        raise ConfigError(f"bad value for {e.full_key or override_key!r} in {what}: {str(e.msg or e).splitlines()[0]}") from None
+        raise ConfigError(
+            f"bad value for {e.full_key or override_key!r} in {what}: {str(e.msg or e).splitlines()[0]}"
+        ) from None
     except OmegaConfBaseException as e:
         raise ConfigError(f"bad config in {what}: {str(e).splitlines()[0]}") from None
 
@@ -288,10 +290,16 @@ def validate(c: Config) -> None:
         p.grad_accum_steps >= 1 and p.minibatch_size % p.grad_accum_steps == 0,
         f"ppo.minibatch_size ({p.minibatch_size}) must be a multiple of ppo.grad_accum_steps ({p.grad_accum_steps})",
     )
-    _check(c.model.dtype in ("float32", "bfloat16", "float16"), f"model.dtype must be float32, bfloat16 or float16, got {c.model.dtype!r}")
+    _check(
+        c.model.dtype in ("float32", "bfloat16", "float16"),
+        f"model.dtype must be float32, bfloat16 or float16, got {c.model.dtype!r}",
+    )
     _check(c.model.device in ("auto", "cpu", "cuda"), f"model.device must be auto, cpu or cuda, got {c.model.device!r}")
     _check(c.data.task in ("synthetic", "gsm8k"), f"data.task must be synthetic or gsm8k, got {c.data.task!r}")
-    _check(c.data.prompt_style in ("plain", "chat"), f"data.prompt_style must be plain or chat, got {c.data.prompt_style!r}")
+    _check(
+        c.data.prompt_style in ("plain", "chat"),
+        f"data.prompt_style must be plain or chat, got {c.data.prompt_style!r}",
+    )
     _check(c.data.max_prompt_len >= 1, f"data.max_prompt_len must be >= 1, got {c.data.max_prompt_len}")
     _check(c.data.n_train >= 1 and c.data.n_test >= 1, "data.n_train and data.n_test must be >= 1")
     _check(r.generation_batch_size >= 0, f"rollout.generation_batch_size must be >= 0, got {r.generation_batch_size}")
@@ -304,4 +312,6 @@ def validate(c: Config) -> None:
     _check(t.eval_samples >= 1, f"train.eval_samples must be >= 1, got {t.eval_samples}")
     for key in ("save_every", "eval_every", "log_every", "num_threads", "max_skipped_steps"):
         _check(getattr(t, key) >= 0, f"train.{key} must be >= 0, got {getattr(t, key)}")
-    _check(0 <= c.warmstart.answer_noise <= 1, f"warmstart.answer_noise must be in [0, 1], got {c.warmstart.answer_noise}")
+    _check(
+        0 <= c.warmstart.answer_noise <= 1, f"warmstart.answer_noise must be in [0, 1], got {c.warmstart.answer_noise}"
+    )

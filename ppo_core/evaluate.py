@@ -33,8 +33,14 @@ def accuracy(lm, tokenizer, records: list[dict], cfg, greedy: bool = False, corr
         for i in range(0, len(records), bs):
             chunk = records[i : i + bs]
             prompts = [build_prompt(r["question"], tokenizer, cfg.data.prompt_style) for r in chunk]
-            ro = sample(lm, tokenizer, prompts, cfg.rollout.max_new_tokens,
-                        None if greedy else cfg.rollout.temperature, cfg.data.max_prompt_len)
+            ro = sample(
+                lm,
+                tokenizer,
+                prompts,
+                cfg.rollout.max_new_tokens,
+                None if greedy else cfg.rollout.temperature,
+                cfg.data.max_prompt_len,
+            )
             hits += [correct_fn(c, r["answer"]) for c, r in zip(ro.completions, chunk)]
     lm.train(was_training)
     return sum(hits) / len(hits) if hits else 0.0
@@ -68,7 +74,9 @@ def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ppo_core.evaluate", description=__doc__.splitlines()[0])
     ap.add_argument("checkpoint", help="a step_N or final folder written by ppo_core.train")
-    ap.add_argument("--config", default="auto", help="'auto' (the run's effective_config.yaml), a preset or a YAML file")
+    ap.add_argument(
+        "--config", default="auto", help="'auto' (the run's effective_config.yaml), a preset or a YAML file"
+    )
     ap.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.eval_samples=200")
     args = ap.parse_args(argv)
     try:
@@ -76,7 +84,9 @@ def main(argv=None) -> int:
     except (ConfigError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"held-out ({res['n']} problems): sampled accuracy {res['sampled_accuracy']:.3f}, greedy accuracy {res['greedy_accuracy']:.3f}")
+    print(
+        f"held-out ({res['n']} problems): sampled accuracy {res['sampled_accuracy']:.3f}, greedy accuracy {res['greedy_accuracy']:.3f}"
+    )
     return 0
 
 

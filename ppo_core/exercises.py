@@ -25,8 +25,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
-    "REPO_URL", "EXERCISES", "CHAPTER_TITLES", "Exercise", "ExerciseError", "exercise_for_checker", "colab_url",
-    "find_exercises", "stub_source", "learner_copy", "render", "build", "stale", "main",
+    "REPO_URL",
+    "EXERCISES",
+    "CHAPTER_TITLES",
+    "Exercise",
+    "ExerciseError",
+    "exercise_for_checker",
+    "colab_url",
+    "find_exercises",
+    "stub_source",
+    "learner_copy",
+    "render",
+    "build",
+    "stale",
+    "main",
 ]
 
 REPO_URL = "https://github.com/ppo-for-llms/ppo-for-llms"
@@ -65,26 +77,86 @@ CHAPTER_TITLES = {
 }
 
 EXERCISES = (
-    Exercise("1.1", "01_logprobs", "Response logprobs from full logits", "gather_response_logprobs",
-             "check_gather_response_logprobs", "the output that scores response token t sits at position prompt_len - 1 + t"),
-    Exercise("1.2", "01_logprobs", "Entropy from logits", "compute_entropy", "check_entropy_from_logits",
-             "scale first, z = logits.float() / temperature, and use log_softmax, never log(softmax)"),
-    Exercise("2.1", "02_masking", "`masked_whiten`", "masked_whiten", "check_masked_whiten",
-             "the statistics are two scalars for the whole batch: masked_mean(x, mask) and masked_var(x, mask)"),
-    Exercise("2.2", "02_masking", "`response_mask`", "response_mask", "check_response_mask",
-             "count the EOS tokens strictly before each position with torch.cumsum along the row"),
-    Exercise("3.1", "03_gae", "`compute_gae`", "my_compute_gae", "check_compute_gae",
-             "loop for t in reversed(range(T)), carrying the (B,) advantage of the next position"),
-    Exercise("3.2", "03_gae", "`token_rewards`", "my_token_rewards", "check_token_rewards",
-             "start from torch.where(mask, -kl_coef * kl, 0.0); the score goes on each row's last True token"),
-    Exercise("4.1", "04_losses", "the clipped policy loss", "policy_loss", "check_policy_loss",
-             "ratio = torch.exp(logprobs - old_logprobs); the loss takes the larger of the two negated terms"),
-    Exercise("4.2", "04_losses", "the clipped value loss", "value_loss", "check_value_loss",
-             "clip around the old values: old_values + torch.clamp(values - old_values, -clip_eps, clip_eps)"),
-    Exercise("4.3", "04_losses", "the entropy loss", "entropy_loss", "check_entropy_loss",
-             "logp = torch.log_softmax(logits.float() / temperature, dim=-1); mind the sign of the loss"),
-    Exercise("5.1", "05_full_loop", "one PPO minibatch update", "minibatch_update", "check_minibatch_update",
-             "zero the gradients, then per micro-batch one forward actor(ids, attention_mask, position_ids, keep=...)"),
+    Exercise(
+        "1.1",
+        "01_logprobs",
+        "Response logprobs from full logits",
+        "gather_response_logprobs",
+        "check_gather_response_logprobs",
+        "the output that scores response token t sits at position prompt_len - 1 + t",
+    ),
+    Exercise(
+        "1.2",
+        "01_logprobs",
+        "Entropy from logits",
+        "compute_entropy",
+        "check_entropy_from_logits",
+        "scale first, z = logits.float() / temperature, and use log_softmax, never log(softmax)",
+    ),
+    Exercise(
+        "2.1",
+        "02_masking",
+        "`masked_whiten`",
+        "masked_whiten",
+        "check_masked_whiten",
+        "the statistics are two scalars for the whole batch: masked_mean(x, mask) and masked_var(x, mask)",
+    ),
+    Exercise(
+        "2.2",
+        "02_masking",
+        "`response_mask`",
+        "response_mask",
+        "check_response_mask",
+        "count the EOS tokens strictly before each position with torch.cumsum along the row",
+    ),
+    Exercise(
+        "3.1",
+        "03_gae",
+        "`compute_gae`",
+        "my_compute_gae",
+        "check_compute_gae",
+        "loop for t in reversed(range(T)), carrying the (B,) advantage of the next position",
+    ),
+    Exercise(
+        "3.2",
+        "03_gae",
+        "`token_rewards`",
+        "my_token_rewards",
+        "check_token_rewards",
+        "start from torch.where(mask, -kl_coef * kl, 0.0); the score goes on each row's last True token",
+    ),
+    Exercise(
+        "4.1",
+        "04_losses",
+        "the clipped policy loss",
+        "policy_loss",
+        "check_policy_loss",
+        "ratio = torch.exp(logprobs - old_logprobs); the loss takes the larger of the two negated terms",
+    ),
+    Exercise(
+        "4.2",
+        "04_losses",
+        "the clipped value loss",
+        "value_loss",
+        "check_value_loss",
+        "clip around the old values: old_values + torch.clamp(values - old_values, -clip_eps, clip_eps)",
+    ),
+    Exercise(
+        "4.3",
+        "04_losses",
+        "the entropy loss",
+        "entropy_loss",
+        "check_entropy_loss",
+        "logp = torch.log_softmax(logits.float() / temperature, dim=-1); mind the sign of the loss",
+    ),
+    Exercise(
+        "5.1",
+        "05_full_loop",
+        "one PPO minibatch update",
+        "minibatch_update",
+        "check_minibatch_update",
+        "zero the gradients, then per micro-batch one forward actor(ids, attention_mask, position_ids, keep=...)",
+    ),
 )
 """Every exercise of the course, in reading order. A test checks this table against the chapters."""
 
@@ -126,7 +198,14 @@ def _markdown(cell_id: str, text: str) -> dict:
 
 
 def _code(cell_id: str, text: str) -> dict:
-    return {"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": {}, "outputs": [], "source": _lines(text)}
+    return {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": cell_id,
+        "metadata": {},
+        "outputs": [],
+        "source": _lines(text),
+    }
 
 
 def render(nb: dict) -> str:
@@ -170,25 +249,47 @@ def find_exercises(nb: dict, chapter: str) -> list[dict]:
         if cell["cell_type"] != "code" or EXERCISE_TAG not in _tags(cell):
             continue
         where = f"{chapter}.ipynb, cell {i} (id {cell.get('id')})"
-        heading = next((j for j in range(i - 1, -1, -1) if cells[j]["cell_type"] == "markdown" and _HEADING.search(_source(cells[j]))), None)
+        heading = next(
+            (
+                j
+                for j in range(i - 1, -1, -1)
+                if cells[j]["cell_type"] == "markdown" and _HEADING.search(_source(cells[j]))
+            ),
+            None,
+        )
         if heading is None:
             raise ExerciseError(f"{where}: no `### Exercise N.M — title` markdown heading above the exercise cell")
         ex_id = _HEADING.findall(_source(cells[heading]))[-1][0]
         ex = _BY_ID.get(ex_id)
         if ex is None or ex.chapter != chapter:
-            raise ExerciseError(f"{where}: exercise {ex_id} is not in ppo_core.exercises.EXERCISES for chapter {chapter}")
+            raise ExerciseError(
+                f"{where}: exercise {ex_id} is not in ppo_core.exercises.EXERCISES for chapter {chapter}"
+            )
         names = _DEF.findall(_source(cell))
         if ex.function not in names:
             raise ExerciseError(f"{where}: exercise {ex_id} should define `{ex.function}` (EXERCISES), found {names}")
         _solution_span(_lines(_source(cell)), where)
         call = re.compile(rf"^checks\.{ex.checker}\({ex.function}\)\s*;?\s*$")
-        checker_cell = next((j for j in range(i + 1, len(cells)) if cells[j]["cell_type"] == "code" and call.match(_source(cells[j]).strip())), None)
+        checker_cell = next(
+            (
+                j
+                for j in range(i + 1, len(cells))
+                if cells[j]["cell_type"] == "code" and call.match(_source(cells[j]).strip())
+            ),
+            None,
+        )
         if checker_cell is None:
             raise ExerciseError(f"{where}: no cell `checks.{ex.checker}({ex.function})` after exercise {ex_id}")
-        found.append({
-            "exercise": ex, "heading": heading, "cell": i, "checker_cell": checker_cell,
-            "cell_id": cell.get("id"), "checker_cell_id": cells[checker_cell].get("id"),
-        })
+        found.append(
+            {
+                "exercise": ex,
+                "heading": heading,
+                "cell": i,
+                "checker_cell": checker_cell,
+                "cell_id": cell.get("id"),
+                "checker_cell_id": cells[checker_cell].get("id"),
+            }
+        )
     return found
 
 
@@ -217,7 +318,7 @@ def _header(chapter: str, exercises: list[dict]) -> str:
         "everything else is the chapter as it is.\n"
         "\n"
         "1. Run the notebook from the top. A run stops at the first exercise you have not done yet, with a "
-        "\"not implemented yet\" message from its checker: that is expected.\n"
+        '"not implemented yet" message from its checker: that is expected.\n'
         "2. Write the function in the exercise cell (the hints above it unfold one at a time), run the cell, "
         "then run the checker cell below it. A wrong answer is diagnosed: the message names the likely "
         "mistake and shows the expected and actual values on a tiny case.\n"
@@ -274,7 +375,12 @@ def learner_copy(nb: dict, chapter: str) -> dict:
     nb["metadata"]["ppo_core"] = {
         "learner_copy_of": f"{CHAPTERS_DIR}/{chapter}.ipynb",
         "exercises": [
-            {"id": f["exercise"].id, "checker": f["exercise"].checker, "cell": f["cell_id"], "checker_cell": f["checker_cell_id"]}
+            {
+                "id": f["exercise"].id,
+                "checker": f["exercise"].checker,
+                "cell": f["cell_id"],
+                "checker_cell": f["checker_cell_id"],
+            }
             for f in found
         ],
     }
@@ -333,28 +439,37 @@ def stale(root: Path | None = None, out: Path | None = None) -> list[str]:
             problems.append(f"{EXERCISES_DIR}/{name} (missing)")
         elif path.read_text(encoding="utf-8") != text:
             problems.append(f"{EXERCISES_DIR}/{name} (out of date with {CHAPTERS_DIR}/{name})")
-    problems += [f"{EXERCISES_DIR}/{p.name} (no such chapter)" for p in sorted(out.glob("*.ipynb")) if p.name not in want]
+    problems += [
+        f"{EXERCISES_DIR}/{p.name} (no such chapter)" for p in sorted(out.glob("*.ipynb")) if p.name not in want
+    ]
     return problems
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ppo_core.exercises", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["build", "check"], help="build: write the learner copies; check: exit 1 if one is stale")
+    parser.add_argument(
+        "command", choices=["build", "check"], help="build: write the learner copies; check: exit 1 if one is stale"
+    )
     parser.add_argument("--root", type=Path, default=None, help="the repository (default: the one holding the package)")
     args = parser.parse_args(argv)
     root = args.root or default_root()
     try:
         if args.command == "build":
             changed = build(root)
-            print(f"{len(changed)} learner cop{'y' if len(changed) == 1 else 'ies'} written or removed in {root / EXERCISES_DIR}"
-                  + "".join(f"\n  {p.relative_to(root)}" for p in changed))
+            print(
+                f"{len(changed)} learner cop{'y' if len(changed) == 1 else 'ies'} written or removed in {root / EXERCISES_DIR}"
+                + "".join(f"\n  {p.relative_to(root)}" for p in changed)
+            )
             return 0
         problems = stale(root)
     except ExerciseError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if problems:
-        print("stale learner copies (run `python -m ppo_core.exercises build`):\n  " + "\n  ".join(problems), file=sys.stderr)
+        print(
+            "stale learner copies (run `python -m ppo_core.exercises build`):\n  " + "\n  ".join(problems),
+            file=sys.stderr,
+        )
         return 1
     print(f"learner copies up to date in {root / EXERCISES_DIR}")
     return 0

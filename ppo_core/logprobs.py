@@ -21,7 +21,9 @@ __all__ = ["logprobs_from_logits", "response_logits", "entropy_from_logits"]
 def _scaled_float(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """``logits / temperature`` in at least float32 (bf16/fp16 lose too much in a log-softmax)."""
     if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}; use a small positive value for near-greedy sampling")
+        raise ValueError(
+            f"temperature must be > 0, got {temperature}; use a small positive value for near-greedy sampling"
+        )
     dtype = torch.promote_types(logits.dtype, torch.float32)
     return logits.to(dtype) / temperature
 
@@ -49,7 +51,9 @@ def response_logits(logits: torch.Tensor, prompt_len: int, response_len: int) ->
     Works for (B, P+T, V) logits and for (B, P+T) per-token values alike.
     """
     if prompt_len < 1:
-        raise ValueError(f"prompt_len must be >= 1 (the first response token is predicted by the last prompt token), got {prompt_len}")
+        raise ValueError(
+            f"prompt_len must be >= 1 (the first response token is predicted by the last prompt token), got {prompt_len}"
+        )
     if prompt_len + response_len > logits.shape[1]:
         raise ValueError(
             f"prompt_len + response_len = {prompt_len + response_len} exceeds the sequence length {logits.shape[1]}"

@@ -30,7 +30,9 @@ def policy_loss(
     (k3 estimate of KL(pi_old || pi_theta), see joschu.net/blog/kl-approx.html), ``ratio_mean``.
     """
     # Zero the log-ratio off the mask *before* exp: an overflow there would give 0 * inf = NaN gradients.
-    log_ratio = torch.where(mask.to(torch.bool), logprobs - old_logprobs, torch.zeros((), dtype=logprobs.dtype))  # (B, T)
+    log_ratio = torch.where(
+        mask.to(torch.bool), logprobs - old_logprobs, torch.zeros((), dtype=logprobs.dtype)
+    )  # (B, T)
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)

@@ -7,8 +7,14 @@ from pathlib import Path
 __all__ = ["MetricsLogger", "plot_dashboard", "read_metrics", "DASHBOARD_KEYS"]
 
 DASHBOARD_KEYS = (
-    "rollout/reward_mean", "rollout/correct_rate", "params/kl_to_ref", "params/approx_kl",
-    "params/policy_clipfrac", "rollout/response_length", "params/entropy", "params/explained_variance",
+    "rollout/reward_mean",
+    "rollout/correct_rate",
+    "params/kl_to_ref",
+    "params/approx_kl",
+    "params/policy_clipfrac",
+    "rollout/response_length",
+    "params/entropy",
+    "params/explained_variance",
 )
 
 
@@ -38,7 +44,11 @@ class MetricsLogger:
         """
         for path in (self.path, self.samples_path):
             if path.exists():
-                keep = [line for line in path.read_text().splitlines() if _step_of(line) is not None and _step_of(line) <= step]
+                keep = [
+                    line
+                    for line in path.read_text().splitlines()
+                    if _step_of(line) is not None and _step_of(line) <= step
+                ]
                 tmp = path.with_name(path.name + ".tmp")
                 tmp.write_text("".join(line + "\n" for line in keep))
                 os.replace(tmp, path)
@@ -103,7 +113,7 @@ def plot_dashboard(records: list[dict], path=None, keys=DASHBOARD_KEYS):
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(keys):]:
+    for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")
     fig.tight_layout()
     if path is not None:

@@ -13,8 +13,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-__all__ = ["ActorWithValueHead", "lm_logits", "position_ids_from_mask", "make_reference", "disable_dropout",
-           "SPLIT_MIN_PREFIX_TOKENS"]
+__all__ = [
+    "ActorWithValueHead",
+    "lm_logits",
+    "position_ids_from_mask",
+    "make_reference",
+    "disable_dropout",
+    "SPLIT_MIN_PREFIX_TOKENS",
+]
 
 VALUE_HEAD_FILE = "value_head.pt"
 
@@ -39,7 +45,15 @@ def disable_dropout(model: nn.Module) -> nn.Module:
     for module in model.modules():
         if isinstance(module, nn.Dropout):
             module.p = 0.0
-    for key in ("dropout", "attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout"):
+    for key in (
+        "dropout",
+        "attention_dropout",
+        "hidden_dropout",
+        "resid_pdrop",
+        "embd_pdrop",
+        "attn_pdrop",
+        "summary_first_dropout",
+    ):
         if hasattr(model.config, key) and isinstance(getattr(model.config, key), float):
             setattr(model.config, key, 0.0)
     return model
@@ -66,7 +80,12 @@ def lm_logits(lm, input_ids, attention_mask, position_ids=None, keep: slice | No
     """
     if position_ids is None:
         position_ids = position_ids_from_mask(attention_mask)[:, -input_ids.shape[1] :]
-    if keep is not None and past_key_values is None and keep.start and _split_prefix(lm, input_ids.shape[0] * keep.start):
+    if (
+        keep is not None
+        and past_key_values is None
+        and keep.start
+        and _split_prefix(lm, input_ids.shape[0] * keep.start)
+    ):
         stop = input_ids.shape[1] if keep.stop is None else keep.stop  # later positions cannot affect kept ones
         prefix = lm.base_model(input_ids=input_ids[:, : keep.start], attention_mask=attention_mask[:, : keep.start],
                                position_ids=position_ids[:, : keep.start], use_cache=True)  # fmt: skip

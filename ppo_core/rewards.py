@@ -69,7 +69,7 @@ def _match_number(text: str) -> tuple[str, int] | None:
 def normalize_number(text: str) -> str | None:
     """A bare number (``"1,000"``, ``" $18.0 "``, ``"-.5"``) -> its canonical string, or None."""
     parsed = _match_number(text)
-    if parsed is None or text[parsed[1]:].strip():
+    if parsed is None or text[parsed[1] :].strip():
         return None
     return parsed[0]
 
@@ -83,7 +83,7 @@ def extract_answer(text: str) -> str | None:
     start = text.rfind(ANSWER_MARKER)
     if start < 0:
         return None
-    parsed = _match_number(text[start + len(ANSWER_MARKER):])
+    parsed = _match_number(text[start + len(ANSWER_MARKER) :])
     return None if parsed is None else parsed[0]
 
 

@@ -71,9 +71,14 @@ def sampling_config(tokenizer, max_new_tokens: int, temperature: float | None) -
     """
     greedy = temperature is None
     return GenerationConfig(
-        do_sample=not greedy, temperature=None if greedy else temperature, top_k=None if greedy else 0,
-        top_p=None if greedy else 1.0, max_new_tokens=max_new_tokens,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+        do_sample=not greedy,
+        temperature=None if greedy else temperature,
+        top_k=None if greedy else 0,
+        top_p=None if greedy else 1.0,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
     )
 
 
@@ -83,14 +88,31 @@ def tokenize_prompts(tokenizer, prompts: list[str], max_prompt_len: int, device)
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=True)
     if enc["input_ids"].shape[1] > max_prompt_len:
         n = int((enc["attention_mask"].sum(1) > max_prompt_len).sum())
-        warnings.warn(f"{n} prompt(s) longer than data.max_prompt_len={max_prompt_len} tokens were truncated from the left")
-        enc = tokenizer(prompts, return_tensors="pt", padding=True, truncation=True, max_length=max_prompt_len, add_special_tokens=True)
+        warnings.warn(
+            f"{n} prompt(s) longer than data.max_prompt_len={max_prompt_len} tokens were truncated from the left"
+        )
+        enc = tokenizer(
+            prompts,
+            return_tensors="pt",
+            padding=True,
+            truncation=True,
+            max_length=max_prompt_len,
+            add_special_tokens=True,
+        )
     return enc["input_ids"].to(device), enc["attention_mask"].to(device)
 
 
 @torch.inference_mode()
-def sample(lm, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float | None,
-           max_prompt_len: int = 512, batch_size: int = 0, keep_cache: bool = False) -> Rollout:
+def sample(
+    lm,
+    tokenizer,
+    prompts: list[str],
+    max_new_tokens: int,
+    temperature: float | None,
+    max_prompt_len: int = 512,
+    batch_size: int = 0,
+    keep_cache: bool = False,
+) -> Rollout:
     """Generate one response per prompt (``temperature=None``: greedy). Returns a Rollout without scores.
 
     ``keep_cache``: keep generate's key/value caches in the Rollout for ``score`` (float32 ``lm`` only);
@@ -110,7 +132,9 @@ def sample(lm, tokenizer, prompts: list[str], max_new_tokens: int, temperature: 
         if keep_cache and isinstance(out.past_key_values, DynamicCache):
             caches.append((i, out.past_key_values))
     T = max(c.shape[1] for c in chunks)
-    response = torch.cat([torch.nn.functional.pad(c, (0, T - c.shape[1]), value=tokenizer.pad_token_id) for c in chunks])
+    response = torch.cat(
+        [torch.nn.functional.pad(c, (0, T - c.shape[1]), value=tokenizer.pad_token_id) for c in chunks]
+    )
     # generate pads a row only after its EOS, so every token up to the first EOS was sampled and
     # counts, even one that happens to be the pad id (pad_token_id=-1 matches nothing).
     mask = response_mask(response, tokenizer.eos_token_id, pad_token_id=-1)  # (B, T)
@@ -119,9 +143,14 @@ def sample(lm, tokenizer, prompts: list[str], max_new_tokens: int, temperature: 
     completions = tokenizer.batch_decode(torch.where(mask, response, tokenizer.pad_token_id), skip_special_tokens=True)
     every_chunk = len(caches) == len(chunks)
     return Rollout(
-        input_ids=torch.cat([ids, response], dim=1), attention_mask=torch.cat([attn, mask.long()], dim=1),
-        prompt_len=P, response_ids=response, mask=mask, completions=completions,
-        caches=caches if every_chunk else None, cache_lm=lm if every_chunk else None,
+        input_ids=torch.cat([ids, response], dim=1),
+        attention_mask=torch.cat([attn, mask.long()], dim=1),
+        prompt_len=P,
+        response_ids=response,
+        mask=mask,
+        completions=completions,
+        caches=caches if every_chunk else None,
+        cache_lm=lm if every_chunk else None,
     )
 
 

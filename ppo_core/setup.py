@@ -47,8 +47,10 @@ def load_task(cfg: Config):
         except (OSError, ValueError) as err:  # missing/empty file, a bad line (named), the hub unreachable
             raise ConfigError(f"data.source={d.source}: {str(err).splitlines()[0]}") from None
         if Path(d.source).expanduser().is_file():
-            warnings.warn(f"data.source={d.source} is one file: the held-out evaluation reuses training records; "
-                          "pass a folder holding train.jsonl and test.jsonl for a real held-out split")
+            warnings.warn(
+                f"data.source={d.source} is one file: the held-out evaluation reuses training records; "
+                "pass a folder holding train.jsonl and test.jsonl for a real held-out split"
+            )
     return train, test, gsm8k_reward, is_correct
 
 
@@ -57,8 +59,15 @@ def _warm_started_tiny(cfg: Config) -> Path:
 
     w = cfg.warmstart
     return warm_start(
-        Path(w.cache_dir).expanduser(), seed=cfg.train.seed, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
-        answer_noise=w.answer_noise, n_train=cfg.data.n_train, n_test=cfg.data.n_test, progress=cfg.train.progress,
+        Path(w.cache_dir).expanduser(),
+        seed=cfg.train.seed,
+        steps=w.steps,
+        batch_size=w.batch_size,
+        lr=w.lr,
+        answer_noise=w.answer_noise,
+        n_train=cfg.data.n_train,
+        n_test=cfg.data.n_test,
+        progress=cfg.train.progress,
     )
 
 
@@ -69,7 +78,9 @@ def _load_tokenizer(path: str):
     tok.padding_side = "left"
     if tok.pad_token_id is None or tok.pad_token_id == tok.eos_token_id:
         tok.add_special_tokens({"pad_token": "<|ppo_pad|>"})
-        warnings.warn(f"the tokenizer of {path} had no pad token distinct from EOS; added '<|ppo_pad|>' (pad must differ from EOS, see chapter 02)")
+        warnings.warn(
+            f"the tokenizer of {path} had no pad token distinct from EOS; added '<|ppo_pad|>' (pad must differ from EOS, see chapter 02)"
+        )
     return tok
 
 
@@ -78,9 +89,15 @@ def _hub_error(path: str, err: Exception) -> ConfigError:
     if Path(path).expanduser().exists():
         return ConfigError(f"cannot load the model in {path}: {str(err).splitlines()[0]}")
     if path.startswith(("/", ".", "~")) or path.count("/") > 1:
-        return ConfigError(f"model.name_or_path={path}: no such folder; pass a folder written by save_pretrained, or a hub id")
+        return ConfigError(
+            f"model.name_or_path={path}: no such folder; pass a folder written by save_pretrained, or a hub id"
+        )
     offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
-    why = "the Hugging Face Hub is unreachable (HF_HUB_OFFLINE=1)" if offline else "the Hugging Face Hub is unreachable or has no such model"
+    why = (
+        "the Hugging Face Hub is unreachable (HF_HUB_OFFLINE=1)"
+        if offline
+        else "the Hugging Face Hub is unreachable or has no such model"
+    )
     return ConfigError(
         f"cannot load model {path!r}: {why} and it is not in the local cache; on a machine with network run "
         f"`hf download {path} --local-dir DIR`, then pass model.name_or_path=DIR"
@@ -125,7 +142,9 @@ def fit_prompt_len(cfg: Config, lm) -> None:
     if context is None or cfg.data.max_prompt_len + T <= context:
         return
     if T >= context:
-        raise ConfigError(f"rollout.max_new_tokens={T} leaves no room for a prompt in the model's context of {context} tokens; lower it")
+        raise ConfigError(
+            f"rollout.max_new_tokens={T} leaves no room for a prompt in the model's context of {context} tokens; lower it"
+        )
     warnings.warn(
         f"data.max_prompt_len={cfg.data.max_prompt_len} + rollout.max_new_tokens={T} exceed the model's context of "
         f"{context} tokens: prompts will be cut to their last {context - T} tokens"
@@ -161,6 +180,8 @@ def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
             import bitsandbytes as bnb
 
             return bnb.optim.AdamW8bit(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
-        warnings.warn(f"ppo.optimizer=adamw8bit but bitsandbytes cannot run here ({why}); falling back to torch AdamW, "
-                      "whose two moment estimates take 2 (bf16) to 4 (fp32) times the memory of 8-bit ones")
+        warnings.warn(
+            f"ppo.optimizer=adamw8bit but bitsandbytes cannot run here ({why}); falling back to torch AdamW, "
+            "whose two moment estimates take 2 (bf16) to 4 (fp32) times the memory of 8-bit ones"
+        )
     return torch.optim.AdamW(params, lr=ppo.lr, weight_decay=ppo.weight_decay)

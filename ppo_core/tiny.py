@@ -26,8 +26,16 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrainedTokenizerFast
 
-__all__ = ["SPECIAL_TOKENS", "DEFAULT_SIZES", "model_size", "build_char_tokenizer", "build_tiny_model",
-           "count_parameters", "save_tiny", "load_tiny"]
+__all__ = [
+    "SPECIAL_TOKENS",
+    "DEFAULT_SIZES",
+    "model_size",
+    "build_char_tokenizer",
+    "build_tiny_model",
+    "count_parameters",
+    "save_tiny",
+    "load_tiny",
+]
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 """Ids 0-3, in this order. Padding is its own token, never EOS, so a real EOS is never masked out."""

@@ -21,7 +21,9 @@ __all__ = ["main", "EXIT_CODES"]
 
 def parse_args(argv=None):
     codes = "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items())
-    ap = argparse.ArgumentParser(prog="python -m ppo_core.train", description=__doc__.splitlines()[0], epilog=f"exit codes: {codes}")
+    ap = argparse.ArgumentParser(
+        prog="python -m ppo_core.train", description=__doc__.splitlines()[0], epilog=f"exit codes: {codes}"
+    )
     ap.add_argument("--config", default="cpu", help=f"a preset ({', '.join(PRESETS)}) or a YAML file (default: cpu)")
     ap.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. ppo.lr=1e-4 train.steps=10")
     return ap.parse_args(argv)
@@ -56,13 +58,18 @@ def _run(args) -> int:
         return code
     if "interrupted" in summary:
         where = f"saved {summary['checkpoint']}" if summary["checkpoint"] else "nothing to save before the first step"
-        print(f"{summary['interrupted']} at step {summary['step']}: {where}; continue with train.resume=auto", file=sys.stderr)
+        print(
+            f"{summary['interrupted']} at step {summary['step']}: {where}; continue with train.resume=auto",
+            file=sys.stderr,
+        )
         return 128 + getattr(signal, summary["interrupted"])
     before, after = summary.get("before/sampled_accuracy"), summary["after/sampled_accuracy"]
     print(f"run folder: {cfg.train.output_dir}  ({time.perf_counter() - t0:.0f} s)")
     if before is not None:
         print(f"held-out sampled accuracy: {before:.3f} -> {after:.3f} ({100 * (after - before):+.1f} points)")
-        print(f"held-out greedy accuracy:  {summary['before/greedy_accuracy']:.3f} -> {summary['after/greedy_accuracy']:.3f}")
+        print(
+            f"held-out greedy accuracy:  {summary['before/greedy_accuracy']:.3f} -> {summary['after/greedy_accuracy']:.3f}"
+        )
     else:
         print(f"held-out sampled accuracy after training: {after:.3f}")
     return 0
@@ -90,8 +97,10 @@ def _terse_output():
 EXIT_CODES = {0: "done", 2: "bad input (config, data, model, device): nothing written",
               3: "the run stopped with a diagnosis (NaN/inf, ratio check, out of memory); earlier checkpoints intact",
               130: "stopped by SIGINT (Ctrl-C) after saving step_N", 143: "stopped by SIGTERM after saving step_N"}  # fmt: skip
-OOM_HINT = ("lower rollout.generation_batch_size, ppo.minibatch_size (raise ppo.grad_accum_steps to keep the "
-            "minibatch), rollout.max_new_tokens or data.max_prompt_len; or set model.gradient_checkpointing=true")
+OOM_HINT = (
+    "lower rollout.generation_batch_size, ppo.minibatch_size (raise ppo.grad_accum_steps to keep the "
+    "minibatch), rollout.max_new_tokens or data.max_prompt_len; or set model.gradient_checkpointing=true"
+)
 
 
 def _fail(message, code: int) -> int:
@@ -111,8 +120,11 @@ def _diagnosis(err: Exception, output_dir: str) -> int | None:
         return _fail(err, 3)
     if isinstance(err, torch.OutOfMemoryError):
         last = latest_checkpoint(output_dir)
-        return _fail(f"out of memory ({str(err).splitlines()[0][:120]}); {OOM_HINT}; then resume from "
-                     f"{last or 'the start'} with train.resume=auto", 3)
+        return _fail(
+            f"out of memory ({str(err).splitlines()[0][:120]}); {OOM_HINT}; then resume from "
+            f"{last or 'the start'} with train.resume=auto",
+            3,
+        )
     return None
 
 

@@ -35,8 +35,18 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from .checkpoint import (STATE_FILE, StopOnSignal, checkpoint_step, clear_run, config_changes, later_checkpoints,
-                         latest_checkpoint, prune, recover_interrupted_saves, write_atomically)
+from .checkpoint import (
+    STATE_FILE,
+    StopOnSignal,
+    checkpoint_step,
+    clear_run,
+    config_changes,
+    later_checkpoints,
+    latest_checkpoint,
+    prune,
+    recover_interrupted_saves,
+    write_atomically,
+)
 from .config import Config, ConfigError
 from .gae import compute_gae, token_rewards
 from .kl import AdaptiveKLController, FixedKLController, kl_penalty
@@ -49,8 +59,10 @@ from .update import minibatch_update
 
 __all__ = ["PPOTrainer", "NonFiniteError", "latest_checkpoint", "nonfinite_parameters"]
 
-DIVERGED_HINT = ("resume from the last good checkpoint with a lower ppo.lr or ppo.max_grad_norm, "
-                 "or model.dtype=bfloat16/float32 instead of float16")
+DIVERGED_HINT = (
+    "resume from the last good checkpoint with a lower ppo.lr or ppo.max_grad_norm, "
+    "or model.dtype=bfloat16/float32 instead of float16"
+)
 """The advice every NonFiniteError ends with."""
 
 
@@ -80,7 +92,11 @@ class PPOTrainer:
         fit_prompt_len(cfg, self.actor.lm)
         self.optimizer = build_optimizer(self.actor, cfg.ppo)
         p = cfg.ppo
-        self.kl_ctl = AdaptiveKLController(p.kl_coef, p.kl_target, p.kl_horizon) if p.adaptive_kl else FixedKLController(p.kl_coef)
+        self.kl_ctl = (
+            AdaptiveKLController(p.kl_coef, p.kl_target, p.kl_horizon)
+            if p.adaptive_kl
+            else FixedKLController(p.kl_coef)
+        )
         self.shuffle_gen = torch.Generator().manual_seed(cfg.train.seed)
         self.minibatch_update = minibatch_update  # chapter 05 swaps in the learner's own version
         self.step_count = 0
@@ -106,13 +122,19 @@ class PPOTrainer:
         if t.resume:
             path = Path(t.resume).expanduser()
             if checkpoint_step(path) is None:
-                raise ConfigError(f"train.resume={t.resume} is not a complete checkpoint (no {STATE_FILE}); "
-                                  "pass a step_N or final folder, or train.resume=auto")
+                raise ConfigError(
+                    f"train.resume={t.resume} is not a complete checkpoint (no {STATE_FILE}); "
+                    "pass a step_N or final folder, or train.resume=auto"
+                )
             return path
-        previous = sorted(p.name for p in self.out.glob("*") if p.name in ("final", "metrics.jsonl") or p.name.startswith("step_"))
+        previous = sorted(
+            p.name for p in self.out.glob("*") if p.name in ("final", "metrics.jsonl") or p.name.startswith("step_")
+        )
         if previous and not t.overwrite:
-            raise ConfigError(f"train.output_dir={self.out} already holds a run ({', '.join(previous)}); continue it with "
-                              "train.resume=auto, start over with train.overwrite=true, or choose another train.output_dir")
+            raise ConfigError(
+                f"train.output_dir={self.out} already holds a run ({', '.join(previous)}); continue it with "
+                "train.resume=auto, start over with train.overwrite=true, or choose another train.output_dir"
+            )
         return None
 
     # ---- data -------------------------------------------------------------------------------
@@ -146,7 +168,9 @@ class PPOTrainer:
         t1 = time.perf_counter()
         # 2. score
         score(self.actor, self.ref, ro, cfg.rollout.temperature, p.minibatch_size)
-        scores = torch.tensor([self.reward_fn(c, r["answer"]) for c, r in zip(ro.completions, records)], device=self.device)
+        scores = torch.tensor(
+            [self.reward_fn(c, r["answer"]) for c, r in zip(ro.completions, records)], device=self.device
+        )
         self._check_rollout(ro, scores, n)
         t2 = time.perf_counter()
         # 3. reward: task score + per-token KL penalty against the frozen reference
@@ -161,20 +185,30 @@ class PPOTrainer:
         upd = self.update(ro, advantages, returns)
         t3 = time.perf_counter()
         self.step_count = n
-        kl_to_ref = masked_mean(kl_penalty(ro.logprobs, ro.ref_logprobs, "k1"), ro.mask, dim=1).mul(ro.mask.sum(1)).mean().item()
+        kl_to_ref = (
+            masked_mean(kl_penalty(ro.logprobs, ro.ref_logprobs, "k1"), ro.mask, dim=1)
+            .mul(ro.mask.sum(1))
+            .mean()
+            .item()
+        )
         kl_coef = self.kl_ctl.value
         self.kl_ctl.update(kl_to_ref, len(records))
         eos = ((ro.response_ids == self.tokenizer.eos_token_id) & ro.mask).any(1)
         metrics = {
             "rollout/reward_mean": scores.mean().item(),
-            "rollout/correct_rate": float(np.mean([self.correct_fn(c, r["answer"]) for c, r in zip(ro.completions, records)])),
+            "rollout/correct_rate": float(
+                np.mean([self.correct_fn(c, r["answer"]) for c, r in zip(ro.completions, records)])
+            ),
             "rollout/response_length": ro.mask.sum(1).float().mean().item(),
             "rollout/eos_rate": eos.float().mean().item(),
             "params/kl_to_ref": kl_to_ref,
             "params/kl_coef": kl_coef,
             "params/explained_variance": explained_variance(ro.values, returns, ro.mask),
             **upd,
-            "time/rollout": t1 - t0, "time/score": t2 - t1, "time/update": t3 - t2, "time/step": t3 - t0,
+            "time/rollout": t1 - t0,
+            "time/score": t2 - t1,
+            "time/update": t3 - t2,
+            "time/step": t3 - t0,
         }
         if cfg.train.log_every and self.step_count % cfg.train.log_every == 0:
             self.logger.log_samples(self.step_count, [r["question"] for r in records], ro.completions, scores.tolist())
@@ -191,9 +225,14 @@ class PPOTrainer:
         cfg, p = self.cfg, self.cfg.ppo
         B = ro.input_ids.shape[0]
         data = {
-            "input_ids": ro.input_ids, "attention_mask": ro.attention_mask, "response_ids": ro.response_ids,
-            "mask": ro.mask, "old_logprobs": ro.logprobs, "old_values": ro.values,
-            "advantages": advantages, "returns": returns,
+            "input_ids": ro.input_ids,
+            "attention_mask": ro.attention_mask,
+            "response_ids": ro.response_ids,
+            "mask": ro.mask,
+            "old_logprobs": ro.logprobs,
+            "old_values": ro.values,
+            "advantages": advantages,
+            "returns": returns,
         }
         applied, skipped = [], []
         for epoch in range(p.ppo_epochs):
@@ -202,16 +241,25 @@ class PPOTrainer:
                 mb = {key: v[idx.to(v.device)] for key, v in data.items()}
                 mb["keep"] = ro.keep
                 stats = self.minibatch_update(
-                    self.actor, self.optimizer, mb, clip_eps=p.clip_eps, vf_clip_eps=p.vf_clip_eps,
-                    vf_coef=p.vf_coef, ent_coef=p.ent_coef, temperature=cfg.rollout.temperature,
-                    grad_accum_steps=p.grad_accum_steps, max_grad_norm=p.max_grad_norm,
+                    self.actor,
+                    self.optimizer,
+                    mb,
+                    clip_eps=p.clip_eps,
+                    vf_clip_eps=p.vf_clip_eps,
+                    vf_coef=p.vf_coef,
+                    ent_coef=p.ent_coef,
+                    temperature=cfg.rollout.temperature,
+                    grad_accum_steps=p.grad_accum_steps,
+                    max_grad_norm=p.max_grad_norm,
                     ratio_tol=cfg.train.ratio_tol if (cfg.train.check_ratio and epoch == 0 and k == 0) else None,
                 )
                 (skipped if stats.get("params/skipped") else applied).append(stats)
                 if stats.get("params/skipped"):
                     self.skip_reasons.add(_skip_reason(stats))
-                    warnings.warn(f"step {self.step_count + 1}, epoch {epoch + 1}, minibatch {k + 1}: update skipped "
-                                  f"(non-finite {_skip_reason(stats)}); the parameters were not changed")
+                    warnings.warn(
+                        f"step {self.step_count + 1}, epoch {epoch + 1}, minibatch {k + 1}: update skipped "
+                        f"(non-finite {_skip_reason(stats)}); the parameters were not changed"
+                    )
         used = applied or skipped  # if every update was skipped, log their (non-finite) stats as they are
         out = {key: sum(s[key] for s in used) / len(used) for key in used[0]}
         out["params/skipped"] = float(len(skipped))  # a count, not a mean
@@ -221,30 +269,48 @@ class PPOTrainer:
     def _sample(self, records, n: int):
         cfg = self.cfg
         try:
-            return sample(self.actor.lm, self.tokenizer, self.prompts(records), cfg.rollout.max_new_tokens,
-                          cfg.rollout.temperature, cfg.data.max_prompt_len, cfg.rollout.generation_batch_size, keep_cache=True)
+            return sample(
+                self.actor.lm,
+                self.tokenizer,
+                self.prompts(records),
+                cfg.rollout.max_new_tokens,
+                cfg.rollout.temperature,
+                cfg.data.max_prompt_len,
+                cfg.rollout.generation_batch_size,
+                keep_cache=True,
+            )
         except RuntimeError as err:  # torch.multinomial on NaN/inf probabilities
             if "probability tensor contains" not in str(err):
                 raise
-            raise NonFiniteError(f"step {n}: sampling failed, the policy's next-token probabilities hold NaN/inf "
-                                 f"({self._last_good()}); {DIVERGED_HINT}") from None
+            raise NonFiniteError(
+                f"step {n}: sampling failed, the policy's next-token probabilities hold NaN/inf "
+                f"({self._last_good()}); {DIVERGED_HINT}"
+            ) from None
 
     def _check_rollout(self, ro, scores, n: int) -> None:
         """Stop before an update built from NaN: name the rollout tensor that holds it."""
-        tensors = {"old logprobs": ro.logprobs[ro.mask], "values": ro.values[ro.mask],
-                   "reference logprobs": ro.ref_logprobs[ro.mask], "scores": scores}
+        tensors = {
+            "old logprobs": ro.logprobs[ro.mask],
+            "values": ro.values[ro.mask],
+            "reference logprobs": ro.ref_logprobs[ro.mask],
+            "scores": scores,
+        }
         finite = torch.stack([torch.isfinite(x).all() for x in tensors.values()]).tolist()
         bad = [name for name, ok in zip(tensors, finite) if not ok]
         if bad:
-            raise NonFiniteError(f"step {n}: the rollout's {', '.join(bad)} hold NaN/inf before the update "
-                                 f"({self._last_good()}); {DIVERGED_HINT}")
+            raise NonFiniteError(
+                f"step {n}: the rollout's {', '.join(bad)} hold NaN/inf before the update "
+                f"({self._last_good()}); {DIVERGED_HINT}"
+            )
 
     def _check_after_update(self) -> None:
         """After the step's metrics are logged: stop on a broken model or on too many all-skipped steps."""
         bad = nonfinite_parameters(self.actor)
         if bad:
-            raise NonFiniteError(f"step {self.step_count}: parameter(s) {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''} "
-                                 f"hold NaN/inf after the update; not saved ({self._last_good()}); {DIVERGED_HINT}")
+            raise NonFiniteError(
+                f"step {self.step_count}: parameter(s) {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''} "
+                f"hold NaN/inf after the update; not saved ({self._last_good()}); {DIVERGED_HINT}"
+            )
         all_skipped = self.all_updates_skipped
         self.skipped_streak = self.skipped_streak + 1 if all_skipped else 0
         if not all_skipped:
@@ -252,8 +318,10 @@ class PPOTrainer:
         limit = self.cfg.train.max_skipped_steps
         if limit and self.skipped_streak >= limit:
             first = self.step_count - self.skipped_streak + 1
-            raise NonFiniteError(f"steps {first}-{self.step_count}: every update was skipped (non-finite "
-                                 f"{', '.join(sorted(self.skip_reasons))}); stopping ({self._last_good()}); {DIVERGED_HINT}")
+            raise NonFiniteError(
+                f"steps {first}-{self.step_count}: every update was skipped (non-finite "
+                f"{', '.join(sorted(self.skip_reasons))}); stopping ({self._last_good()}); {DIVERGED_HINT}"
+            )
 
     def _last_good(self) -> str:
         ckpt = latest_checkpoint(self.out)
@@ -275,11 +343,17 @@ class PPOTrainer:
         """
         bad = nonfinite_parameters(self.actor)
         if bad:
-            raise NonFiniteError(f"refusing to save {name} at step {self.step_count}: {', '.join(bad[:3])} hold NaN/inf")
+            raise NonFiniteError(
+                f"refusing to save {name} at step {self.step_count}: {', '.join(bad[:3])} hold NaN/inf"
+            )
         state = {
-            "step": self.step_count, "kl_coef": self.kl_ctl.value, "init_path": str(self.init_path),
-            "torch_rng": torch.get_rng_state(), "shuffle_rng": self.shuffle_gen.get_state(),
-            "numpy_rng": np.random.get_state(), "python_rng": random.getstate(),
+            "step": self.step_count,
+            "kl_coef": self.kl_ctl.value,
+            "init_path": str(self.init_path),
+            "torch_rng": torch.get_rng_state(),
+            "shuffle_rng": self.shuffle_gen.get_state(),
+            "numpy_rng": np.random.get_state(),
+            "python_rng": random.getstate(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             "config": asdict(self.cfg),
         }
@@ -313,19 +387,25 @@ class PPOTrainer:
             if path.exists():
                 os.replace(path, aside / path.name)
         if later:
-            warnings.warn(f"resuming from step {step}: moved later checkpoints {', '.join(sorted(p.name for p in later))} "
-                          f"to {aside.relative_to(self.out)}")
+            warnings.warn(
+                f"resuming from step {step}: moved later checkpoints {', '.join(sorted(p.name for p in later))} "
+                f"to {aside.relative_to(self.out)}"
+            )
 
     def load_checkpoint(self, path) -> None:
         """Restore model, value head, optimizer, KL controller, RNG states and step count from a checkpoint."""
         path = Path(path)
         if checkpoint_step(path) is None:
-            raise ConfigError(f"{path} is not a complete checkpoint (no {STATE_FILE}); pass a step_N folder or train.resume=auto")
+            raise ConfigError(
+                f"{path} is not a complete checkpoint (no {STATE_FILE}); pass a step_N folder or train.resume=auto"
+            )
         state = torch.load(path / STATE_FILE, weights_only=False)
         changed = config_changes(state.get("config"), asdict(self.cfg))
         if changed:
-            warnings.warn(f"resuming {path} with settings that differ from its run ({'; '.join(changed)}): "
-                          "the continuation will not match an uninterrupted run")
+            warnings.warn(
+                f"resuming {path} with settings that differ from its run ({'; '.join(changed)}): "
+                "the continuation will not match an uninterrupted run"
+            )
         loaded = ActorWithValueHead.from_pretrained(str(path))
         self.actor.load_state_dict(loaded.state_dict())
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device, weights_only=False))
@@ -356,7 +436,13 @@ class PPOTrainer:
                 if self.step_count == 0:
                     summary["before/sampled_accuracy"] = self.evaluate()
                     summary["before/greedy_accuracy"] = self.evaluate(greedy=True)
-                    self.logger.log(0, {"eval/sampled_accuracy": summary["before/sampled_accuracy"], "eval/greedy_accuracy": summary["before/greedy_accuracy"]})
+                    self.logger.log(
+                        0,
+                        {
+                            "eval/sampled_accuracy": summary["before/sampled_accuracy"],
+                            "eval/greedy_accuracy": summary["before/greedy_accuracy"],
+                        },
+                    )
                 self._loop(tqdm, stop)
                 if stop.signum is not None:
                     return self._interrupted(stop.signum)
@@ -366,7 +452,13 @@ class PPOTrainer:
                 raise
         summary["after/sampled_accuracy"] = self.evaluate()
         summary["after/greedy_accuracy"] = self.evaluate(greedy=True)
-        self.logger.log(self.step_count, {"eval/sampled_accuracy": summary["after/sampled_accuracy"], "eval/greedy_accuracy": summary["after/greedy_accuracy"]})
+        self.logger.log(
+            self.step_count,
+            {
+                "eval/sampled_accuracy": summary["after/sampled_accuracy"],
+                "eval/greedy_accuracy": summary["after/greedy_accuracy"],
+            },
+        )
         import matplotlib.pyplot as plt
 
         plt.close(plot_dashboard(read_metrics(self.out), self.out / "dashboard.png"))
@@ -381,7 +473,11 @@ class PPOTrainer:
             while self.step_count < cfg.steps and stop.signum is None:
                 m = self.step()
                 bar.update(1)
-                bar.set_postfix(reward=f"{m['rollout/reward_mean']:.3f}", correct=f"{m['rollout/correct_rate']:.2f}", kl=f"{m['params/kl_to_ref']:.2f}")
+                bar.set_postfix(
+                    reward=f"{m['rollout/reward_mean']:.3f}",
+                    correct=f"{m['rollout/correct_rate']:.2f}",
+                    kl=f"{m['params/kl_to_ref']:.2f}",
+                )
                 if cfg.eval_every and self.step_count % cfg.eval_every == 0 and self.step_count < cfg.steps:
                     self.logger.log(self.step_count, {"eval/sampled_accuracy": self.evaluate()})
                 if cfg.save_every and self.step_count % cfg.save_every == 0:
@@ -397,7 +493,11 @@ class PPOTrainer:
             if checkpoint_step(path) != self.step_count:  # not saved by save_every already
                 self.save_checkpoint(path.name)
         self.logger.close()
-        return {"interrupted": signal.Signals(signum).name, "step": self.step_count, "checkpoint": str(path) if path else None}
+        return {
+            "interrupted": signal.Signals(signum).name,
+            "step": self.step_count,
+            "checkpoint": str(path) if path else None,
+        }
 
 
 def explained_variance(values, returns, mask) -> float:

@@ -1,8 +1,8 @@
 """Chapter 05 - one PPO minibatch update: forward, the three losses, backward, clip, step.
 
-    logits, values = actor(prompt + response)                  one forward for both heads
-    logprobs = log softmax(logits / temperature)[response]     chapter 01
-    loss = policy_loss + vf_coef * value_loss + ent_coef * entropy_loss     chapter 04
+logits, values = actor(prompt + response)                  one forward for both heads
+logprobs = log softmax(logits / temperature)[response]     chapter 01
+loss = policy_loss + vf_coef * value_loss + ent_coef * entropy_loss     chapter 04
 """
 
 import torch
@@ -18,8 +18,9 @@ class RatioCheckError(RuntimeError):
     """The first update's ratio is not 1: the training forward disagrees with the rollout's."""
 
 
-def ppo_loss(actor, mb: dict, clip_eps: float, vf_clip_eps: float, vf_coef: float, ent_coef: float,
-             temperature: float) -> tuple[torch.Tensor, dict]:
+def ppo_loss(
+    actor, mb: dict, clip_eps: float, vf_clip_eps: float, vf_coef: float, ent_coef: float, temperature: float
+) -> tuple[torch.Tensor, dict]:
     """The combined PPO loss on one (micro-)batch. ``mb`` holds the rollout tensors for its rows.
 
     mb keys: input_ids, attention_mask (B, P+T); response_ids, mask, old_logprobs, old_values,
@@ -40,18 +41,34 @@ def ppo_loss(actor, mb: dict, clip_eps: float, vf_clip_eps: float, vf_coef: floa
     with torch.no_grad():
         max_log_ratio = (logprobs - mb["old_logprobs"]).abs().masked_fill(~mask, 0).max().item()
     stats = {
-        "loss/policy": pg_loss.item(), "loss/value": vf_loss.item(), "loss/entropy": ent_loss.item(),
-        "loss/total": loss.item(), "params/policy_clipfrac": pg_stats["clipfrac"],
-        "params/value_clipfrac": vf_stats["clipfrac"], "params/approx_kl": pg_stats["approx_kl"],
-        "params/ratio_mean": pg_stats["ratio_mean"], "params/entropy": ent_stats["entropy"],
+        "loss/policy": pg_loss.item(),
+        "loss/value": vf_loss.item(),
+        "loss/entropy": ent_loss.item(),
+        "loss/total": loss.item(),
+        "params/policy_clipfrac": pg_stats["clipfrac"],
+        "params/value_clipfrac": vf_stats["clipfrac"],
+        "params/approx_kl": pg_stats["approx_kl"],
+        "params/ratio_mean": pg_stats["ratio_mean"],
+        "params/entropy": ent_stats["entropy"],
         "params/max_abs_log_ratio": max_log_ratio,
     }
     return loss, stats
 
 
-def minibatch_update(actor, optimizer, mb: dict, *, clip_eps: float = 0.2, vf_clip_eps: float = 0.2,
-                     vf_coef: float = 0.1, ent_coef: float = 0.0, temperature: float = 1.0,
-                     grad_accum_steps: int = 1, max_grad_norm: float = 1.0, ratio_tol: float | None = None) -> dict:
+def minibatch_update(
+    actor,
+    optimizer,
+    mb: dict,
+    *,
+    clip_eps: float = 0.2,
+    vf_clip_eps: float = 0.2,
+    vf_coef: float = 0.1,
+    ent_coef: float = 0.0,
+    temperature: float = 1.0,
+    grad_accum_steps: int = 1,
+    max_grad_norm: float = 1.0,
+    ratio_tol: float | None = None,
+) -> dict:
     """One optimizer step on a minibatch, accumulating gradients over ``grad_accum_steps`` micro-batches.
 
     ``ratio_tol``: if set, raise RatioCheckError when any |log ratio| exceeds it (use it on the first

@@ -39,8 +39,15 @@ from .rewards import ANSWER_MARKER, is_correct
 from .synthetic import SYNTHETIC_ALPHABET, make_synthetic_task
 from .tiny import build_char_tokenizer, build_tiny_model, count_parameters, model_size, save_tiny
 
-__all__ = ["warm_start", "evaluate_accuracy", "generate_completions", "sft_batch", "noisy_answer", "settings_hash",
-           "WARMSTART_VERSION"]
+__all__ = [
+    "warm_start",
+    "evaluate_accuracy",
+    "generate_completions",
+    "sft_batch",
+    "noisy_answer",
+    "settings_hash",
+    "WARMSTART_VERSION",
+]
 
 WARMSTART_VERSION = 1
 """Part of the cache key: bump it when a code change makes old cached models stale."""

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from ppo_test_support import _tiny_overrides
 
 
@@ -14,7 +13,9 @@ def tiny_model_path(tmp_path_factory):
 
     torch.manual_seed(0)
     tok = build_char_tokenizer(SYNTHETIC_ALPHABET)
-    model = build_tiny_model(tok, "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
+    model = build_tiny_model(
+        tok, "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2
+    )
     return str(save_tiny(model, tok, tmp_path_factory.mktemp("tiny") / "model"))
 
 

@@ -63,8 +63,10 @@ def built_book(request):
     staged = time.perf_counter()
     rc, output = book.build_book()
     done = time.perf_counter()
-    line = (f"[book] chapters from {', '.join(f'{k}: {v}' for k, v in how.items())}; staged in "
-            f"{staged - start:.0f} s, built in {done - staged:.0f} s: {book.HTML / 'index.html'}")
+    line = (
+        f"[book] chapters from {', '.join(f'{k}: {v}' for k, v in how.items())}; staged in "
+        f"{staged - start:.0f} s, built in {done - staged:.0f} s: {book.HTML / 'index.html'}"
+    )
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     if reporter is not None and capture is not None:
@@ -89,11 +91,20 @@ def test_book_builds(built_book):
 # The browser
 
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-extensions",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
     "--window-size=1200,2000",
     # no network: every host name fails to resolve and anything else goes to a dead proxy
-    "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--proxy-server=127.0.0.1:9",
 ]
 
 
@@ -103,8 +114,10 @@ def browser(built_book, tmp_path_factory):
         pytest.skip("the book did not build (see test_book_builds)")
     chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
     if not (chromium and chromedriver):
-        message = ("headless Chromium is not installed (Debian: apt-get install -y chromium chromium-driver), "
-                   "so the built book's pages were not checked in a browser")
+        message = (
+            "headless Chromium is not installed (Debian: apt-get install -y chromium chromium-driver), "
+            "so the built book's pages were not checked in a browser"
+        )
         if os.environ.get("PPO_REQUIRE_CHROMIUM"):
             pytest.fail(message)
         pytest.skip(message)
@@ -181,15 +194,21 @@ def _check_fallback_sliders(driver, page: str, nb, problems: list[str]) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    expected = sum("ppo-widget-fallback" in str(out.get("data", {}).get("text/html", ""))
-                   for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs)
+    expected = sum(
+        "ppo-widget-fallback" in str(out.get("data", {}).get("text/html", ""))
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.outputs
+    )
     calls_widget = any(cell.cell_type == "code" and "_widget(" in cell.source for cell in nb.cells)
     roots = driver.find_elements(By.CSS_SELECTOR, ".ppo-widget-fallback")
     if calls_widget and expected == 0:
         problems.append("the notebook shows a widget but its output has no kernel-free fallback")
     if len(roots) != expected:
-        problems.append(f"{expected} widget fallback(s) in the notebook's outputs, {len(roots)} on the page "
-                        "(the live widget view was chosen over the fallback?)")
+        problems.append(
+            f"{expected} widget fallback(s) in the notebook's outputs, {len(roots)} on the page "
+            "(the live widget view was chosen over the fallback?)"
+        )
     for number, root in enumerate(roots):
         frame = root.find_element(By.CSS_SELECTOR, "img.ppo-frame")
         if not frame.is_displayed():
@@ -221,8 +240,11 @@ def _check_hidden_solutions(driver, nb, problems: list[str]) -> None:
     from selenium.webdriver.support.wait import WebDriverWait
 
     n_solutions = sum(cell.cell_type == "code" and "# SOLUTION START" in cell.source for cell in nb.cells)
-    cells = [cell for cell in driver.find_elements(By.CSS_SELECTOR, "div.cell")
-             if "# SOLUTION START" in (cell.get_attribute("textContent") or "")]
+    cells = [
+        cell
+        for cell in driver.find_elements(By.CSS_SELECTOR, "div.cell")
+        if "# SOLUTION START" in (cell.get_attribute("textContent") or "")
+    ]
     if len(cells) != n_solutions:
         problems.append(f"{n_solutions} solution cells in the notebook, {len(cells)} on the page")
     for number, cell in enumerate(cells):
@@ -253,7 +275,10 @@ def _check_notebook_links(driver, page: str, problems: list[str]) -> None:
         problems.append("no download button for the notebook")
     elif not Path(unquote(urlparse(downloads[0]).path)).is_file():
         problems.append(f"the download button points to a missing file: {downloads[0]}")
-    colab = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "a[href^='https://colab.research.google.com/github/']")]
+    colab = [
+        a.get_attribute("href")
+        for a in driver.find_elements(By.CSS_SELECTOR, "a[href^='https://colab.research.google.com/github/']")
+    ]
     if not any(href.endswith(f"{page}.ipynb") for href in colab):
         problems.append("no 'Launch on Colab' link for the notebook")
 
@@ -271,7 +296,9 @@ def test_page_renders_offline(browser, page):
     if state not in ("typeset", "no math"):
         problems.append(state)
     if found["untypeset"]:
-        problems.append(f"{len(found['untypeset'])} of {found['math']} math elements not typeset, e.g. {found['untypeset'][:3]}")
+        problems.append(
+            f"{len(found['untypeset'])} of {found['math']} math elements not typeset, e.g. {found['untypeset'][:3]}"
+        )
     if found["tex_errors"]:
         problems.append(f"TeX errors: {found['tex_errors'][:5]}")
     if found["raw_tex"]:

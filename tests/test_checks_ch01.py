@@ -7,7 +7,6 @@ from ppo_core import checks
 from ppo_core.checks import CheckFailure, NotImplementedYet
 from ppo_core.logprobs import entropy_from_logits, logprobs_from_logits, response_logits
 
-
 # --- Exercise 1.1: gather_response_logprobs(logits, response_ids, prompt_len, temperature) ------------
 
 

@@ -12,9 +12,24 @@ from ppo_core.masking import masked_whiten
 
 
 # ---------------------------------------------------------------- compute_gae, learner style
-def _gae(rewards, values, mask, gamma=1.0, lam=0.95, *, forwards=False, delta_gamma=True, use_lam=True,
-         mask_next=True, roll=False, use_mask=True, reset_carry=True, mask_returns=True, returns_kind="a+v",
-         whiten=False):
+def _gae(
+    rewards,
+    values,
+    mask,
+    gamma=1.0,
+    lam=0.95,
+    *,
+    forwards=False,
+    delta_gamma=True,
+    use_lam=True,
+    mask_next=True,
+    roll=False,
+    use_mask=True,
+    reset_carry=True,
+    mask_returns=True,
+    returns_kind="a+v",
+    whiten=False,
+):
     """A typical learner loop over t; each keyword switches on one mistake."""
     B, T = rewards.shape
     m = mask.to(rewards.dtype) if use_mask else torch.ones_like(rewards)
@@ -28,7 +43,7 @@ def _gae(rewards, values, mask, gamma=1.0, lam=0.95, *, forwards=False, delta_ga
     deltas = rewards + (gamma if delta_gamma else 1.0) * next_values - values  # (B, T)
     advantages = torch.zeros_like(rewards)
     last = torch.zeros(B, dtype=rewards.dtype)
-    for t in (range(T) if forwards else reversed(range(T))):
+    for t in range(T) if forwards else reversed(range(T)):
         last = (deltas[:, t] + gamma * (lam if use_lam else 1.0) * last) * keep[:, t]
         advantages[:, t] = last
     if whiten:

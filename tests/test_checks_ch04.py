@@ -9,13 +9,16 @@ from ppo_core.logprobs import entropy_from_logits
 from ppo_core.losses import entropy_loss, policy_loss, value_loss
 from ppo_core.masking import masked_mean
 
-
 # ---------------------------------------------------------------- the package passes
 
 
 @pytest.mark.parametrize(
     "check, fn",
-    [(checks.check_policy_loss, policy_loss), (checks.check_value_loss, value_loss), (checks.check_entropy_loss, entropy_loss)],
+    [
+        (checks.check_policy_loss, policy_loss),
+        (checks.check_value_loss, value_loss),
+        (checks.check_entropy_loss, entropy_loss),
+    ],
 )
 def test_package_passes(check, fn, capsys):
     assert check(fn) is True

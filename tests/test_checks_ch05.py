@@ -51,9 +51,14 @@ def learner_update(actor, optimizer, mb, *, clip_eps=0.2, vf_clip_eps=0.2, vf_co
             grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), max_grad_norm)
             optimizer.step()
         stats = {
-            "loss/policy": pg.item(), "loss/value": vf.item(), "loss/entropy": ent.item(), "loss/total": loss.item(),
-            "params/policy_clipfrac": pg_stats["clipfrac"], "params/value_clipfrac": vf_stats["clipfrac"],
-            "params/approx_kl": pg_stats["approx_kl"], "params/ratio_mean": pg_stats["ratio_mean"],
+            "loss/policy": pg.item(),
+            "loss/value": vf.item(),
+            "loss/entropy": ent.item(),
+            "loss/total": loss.item(),
+            "params/policy_clipfrac": pg_stats["clipfrac"],
+            "params/value_clipfrac": vf_stats["clipfrac"],
+            "params/approx_kl": pg_stats["approx_kl"],
+            "params/ratio_mean": pg_stats["ratio_mean"],
             "params/entropy": ent_stats["entropy"],
         }
         for k, v in stats.items():

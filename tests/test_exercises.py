@@ -20,7 +20,7 @@ import torch
 from ppo_core import checks
 from ppo_core import exercises as ex_mod
 from ppo_core.checks import _progress
-from ppo_core.exercises import EXERCISES, REPO_URL, START, END, ExerciseError, colab_url, find_exercises
+from ppo_core.exercises import END, EXERCISES, REPO_URL, START, ExerciseError, colab_url, find_exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted({ex.chapter for ex in EXERCISES})
@@ -71,7 +71,9 @@ def test_generator_does_not_import_torch():
 
 
 def test_check_command_on_the_repository():
-    out = subprocess.run([sys.executable, "-m", "ppo_core.exercises", "check"], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "ppo_core.exercises", "check"], cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     assert "up to date" in out.stdout
 
@@ -82,7 +84,10 @@ def test_check_names_stale_missing_and_extra_copies(tmp_path, capsys):
     assert ex_mod.main(["check", "--root", str(tmp_path)]) == 0
 
     chapter = tmp_path / "chapters" / "03_gae.ipynb"  # edit a solution line in the chapter
-    chapter.write_text(chapter.read_text(encoding="utf-8").replace("gamma * lam * next_advantage", "lam * gamma * next_advantage"), encoding="utf-8")
+    chapter.write_text(
+        chapter.read_text(encoding="utf-8").replace("gamma * lam * next_advantage", "lam * gamma * next_advantage"),
+        encoding="utf-8",
+    )
     (tmp_path / "exercises" / "02_masking.ipynb").unlink()
     (tmp_path / "exercises" / "99_gone.ipynb").write_text("{}", encoding="utf-8")
     capsys.readouterr()
@@ -117,7 +122,11 @@ def test_registry_matches_the_chapters():
     for chapter in CHAPTERS:
         nb = _nb(ROOT / "chapters" / f"{chapter}.ipynb")
         found = find_exercises(nb, chapter)
-        tagged = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code" and "exercise" in c["metadata"].get("tags", [])]
+        tagged = [
+            i
+            for i, c in enumerate(nb["cells"])
+            if c["cell_type"] == "code" and "exercise" in c["metadata"].get("tags", [])
+        ]
         assert [f["cell"] for f in found] == tagged
         for f in found:
             ex = f["exercise"]
@@ -155,7 +164,10 @@ def test_chapter_links_to_its_learner_copy(chapter):
     text = _src(links)
     assert f"{{download}}`download the learner copy <../exercises/{chapter}.ipynb>`" in text
     assert f"({colab_url(chapter)})" in text
-    assert colab_url(chapter) == f"https://colab.research.google.com/github/{REPO_URL[len('https://github.com/'):]}/blob/main/exercises/{chapter}.ipynb"
+    assert (
+        colab_url(chapter)
+        == f"https://colab.research.google.com/github/{REPO_URL[len('https://github.com/') :]}/blob/main/exercises/{chapter}.ipynb"
+    )
     assert (ROOT / "exercises" / f"{chapter}.ipynb").is_file()
 
 
@@ -338,12 +350,21 @@ def _mistake_tests():
             if not (isinstance(node, ast.FunctionDef) and "names_the_mistake" in node.name):
                 continue
             body = ast.unparse(node)
-            assert re.search(r"pytest\.raises\(CheckFailure, match=\w+\)", body), f"{path.name}::{node.name} must match the mistake's name"
-            rows = [d.args[1] for d in node.decorator_list if isinstance(d, ast.Call) and ast.unparse(d.func) == "pytest.mark.parametrize"]
+            assert re.search(r"pytest\.raises\(CheckFailure, match=\w+\)", body), (
+                f"{path.name}::{node.name} must match the mistake's name"
+            )
+            rows = [
+                d.args[1]
+                for d in node.decorator_list
+                if isinstance(d, ast.Call) and ast.unparse(d.func) == "pytest.mark.parametrize"
+            ]
             called = set(re.findall(r"checks\.(check_\w+)\(", body))
             assert len(rows) == 1 and len(called) == 1, f"{path.name}::{node.name}"
             variants = rows[0].elts
-            assert all(isinstance(v, ast.Tuple) and isinstance(v.elts[-1], ast.Constant) and len(v.elts[-1].value) >= 5 for v in variants)
+            assert all(
+                isinstance(v, ast.Tuple) and isinstance(v.elts[-1], ast.Constant) and len(v.elts[-1].value) >= 5
+                for v in variants
+            )
             found.setdefault(called.pop(), []).append((f"{path.name}::{node.name}", len(variants)))
     return found
 
@@ -416,9 +437,16 @@ def test_failure_messages_show_expected_and_got_on_a_tiny_case():
 def _toy_notebook(path: Path, checker_source: str, first_source: str = "x = 1") -> None:
     """A learner copy in miniature: a cell, the exercise stub, its checker cell, one more cell."""
     nb = nbformat.v4.new_notebook()
-    nb.metadata["ppo_core"] = {"learner_copy_of": "chapters/toy.ipynb",
-                               "exercises": [{"id": "9.1", "checker": "check_f", "cell": "ex", "checker_cell": "chk"}]}
-    sources = [("first", first_source), ("ex", "def f():\n    raise NotImplementedError"), ("chk", checker_source), ("after", "y = 2")]
+    nb.metadata["ppo_core"] = {
+        "learner_copy_of": "chapters/toy.ipynb",
+        "exercises": [{"id": "9.1", "checker": "check_f", "cell": "ex", "checker_cell": "chk"}],
+    }
+    sources = [
+        ("first", first_source),
+        ("ex", "def f():\n    raise NotImplementedError"),
+        ("chk", checker_source),
+        ("after", "y = 2"),
+    ]
     for cell_id, source in sources:
         cell = nbformat.v4.new_code_cell(source)
         cell.id = cell_id
@@ -436,14 +464,34 @@ def test_conftest_expects_the_first_checker_to_stop_the_notebook(tmp_path):
     _toy_notebook(tmp_path / "runs_to_end.ipynb", "z = 3")
     _toy_notebook(tmp_path / "fails_before.ipynb", raise_nyi, first_source="1 / 0")
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env", "-rA", "-q", "."],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--nbval-lax",
+            "--nbval-current-env",
+            "-rA",
+            "-q",
+            ".",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     ).stdout
     results = {cell: status for status, cell in re.findall(r"^(PASSED|FAILED) (\w+\.ipynb::Cell \d)", out, re.M)}
-    skipped = re.findall(r"^SKIPPED \[\d+\] \S+: not run: the notebook stopped at the checker of exercise 9\.1", out, re.M)
+    skipped = re.findall(
+        r"^SKIPPED \[\d+\] \S+: not run: the notebook stopped at the checker of exercise 9\.1", out, re.M
+    )
     assert results == {
-        "stops.ipynb::Cell 0": "PASSED", "stops.ipynb::Cell 1": "PASSED", "stops.ipynb::Cell 2": "PASSED",  # cell 3 skipped
-        "runs_to_end.ipynb::Cell 0": "PASSED", "runs_to_end.ipynb::Cell 1": "PASSED", "runs_to_end.ipynb::Cell 2": "FAILED",
+        "stops.ipynb::Cell 0": "PASSED",
+        "stops.ipynb::Cell 1": "PASSED",
+        "stops.ipynb::Cell 2": "PASSED",  # cell 3 skipped
+        "runs_to_end.ipynb::Cell 0": "PASSED",
+        "runs_to_end.ipynb::Cell 1": "PASSED",
+        "runs_to_end.ipynb::Cell 2": "FAILED",
         "fails_before.ipynb::Cell 0": "FAILED",
     }, out
     assert skipped and "passed on the stub" in out and "ZeroDivisionError" in out, out

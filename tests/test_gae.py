@@ -1,10 +1,10 @@
 """Tests for ppo_core.gae (chapter 03): per-token rewards and generalised advantage estimation."""
 
 import pytest
+import reference_impls as ref
 import torch
 from torch.testing import assert_close
 
-import reference_impls as ref
 from ppo_core.gae import compute_gae, last_true_index, token_rewards
 
 SHAPES = [(1, 1), (1, 7), (3, 5), (4, 12), (6, 3)]  # (B, T)

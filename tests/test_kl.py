@@ -3,10 +3,10 @@
 import math
 
 import pytest
+import reference_impls as ref
 import torch
 from torch.testing import assert_close
 
-import reference_impls as ref
 from ppo_core.kl import KL_ESTIMATORS, kl_penalty
 
 SHAPES = [(1, 1), (2, 5), (3, 8), (4, 13)]

@@ -3,10 +3,10 @@
 import math
 
 import pytest
+import reference_impls as ref
 import torch
 from torch.testing import assert_close
 
-import reference_impls as ref
 from ppo_core.logprobs import entropy_from_logits, logprobs_from_logits, response_logits
 
 SHAPES = [(1, 1, 2), (2, 5, 7), (3, 8, 11), (4, 3, 32)]  # (B, T, V)

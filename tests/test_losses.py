@@ -3,10 +3,10 @@
 import math
 
 import pytest
+import reference_impls as ref
 import torch
 from torch.testing import assert_close
 
-import reference_impls as ref
 from ppo_core.losses import entropy_loss, policy_loss, value_loss
 
 SHAPES = [(1, 1), (2, 5), (4, 9), (6, 3)]  # (B, T)

@@ -1,10 +1,10 @@
 """Tests for ppo_core.masking (chapter 02): the response mask and masked mean / var / whiten."""
 
 import pytest
+import reference_impls as ref
 import torch
 from torch.testing import assert_close
 
-import reference_impls as ref
 from ppo_core.masking import masked_mean, masked_sum, masked_var, masked_whiten, response_mask
 
 SHAPES = [(1, 1), (1, 6), (3, 5), (4, 12), (8, 3)]  # (B, T)

@@ -9,8 +9,19 @@ from ppo_core.model import ActorWithValueHead, make_reference, position_ids_from
 
 def _gpt2(dropout=0.1):
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=40, n_embd=32, n_layer=2, n_head=2, n_positions=64, resid_pdrop=dropout,
-                     embd_pdrop=dropout, attn_pdrop=dropout, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg = GPT2Config(
+        vocab_size=40,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        n_positions=64,
+        resid_pdrop=dropout,
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     return AutoModelForCausalLM.from_config(cfg)
 
 
@@ -103,7 +114,10 @@ def test_float32_training_forward_runs_the_prefix_apart_with_the_same_numbers_an
     keep = slice(4, 9)
     assert _input_lengths(actor, ids, attn, keep=keep) == [10]  # 3 x 4 prefix tokens: too few to pay, one call
     monkeypatch.setattr(ppo_core.model, "SPLIT_MIN_PREFIX_TOKENS", 12)
-    assert _input_lengths(actor, ids, attn, keep=keep) == [4, 5]  # the prefix, then only the kept positions on its cache
+    assert _input_lengths(actor, ids, attn, keep=keep) == [
+        4,
+        5,
+    ]  # the prefix, then only the kept positions on its cache
     logits, values = actor(ids, attn, keep=keep)
     with torch.no_grad():
         one_call_logits, one_call_values = actor(ids, attn, keep=keep)  # no gradients: a single call

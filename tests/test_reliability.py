@@ -61,7 +61,10 @@ def _no_time(records: list[dict]) -> list[dict]:
 
 
 def _weights(checkpoint: Path) -> dict:
-    return {**load_file(checkpoint / "model.safetensors"), **torch.load(checkpoint / "value_head.pt", weights_only=True)}
+    return {
+        **load_file(checkpoint / "model.safetensors"),
+        **torch.load(checkpoint / "value_head.pt", weights_only=True),
+    }
 
 
 def _assert_same_weights(a: Path, b: Path) -> None:
@@ -206,7 +209,9 @@ def test_prompt_limit_is_fitted_to_the_model_context(tiny_model_path):
 
 def test_long_prompts_are_cut_from_the_left_with_a_warning(tiny_model_path, tmp_path):
     tr = _trainer(tiny_model_path, tmp_path, "data.max_prompt_len=12")
-    with pytest.warns(UserWarning, match=r"prompt\(s\) longer than data.max_prompt_len=12 tokens were truncated from the left"):
+    with pytest.warns(
+        UserWarning, match=r"prompt\(s\) longer than data.max_prompt_len=12 tokens were truncated from the left"
+    ):
         m = tr.step()
     assert math.isfinite(m["loss/total"])
 
@@ -219,7 +224,9 @@ def test_tokenizer_without_a_distinct_pad_token_gets_one(pad, tmp_path):
     from ppo_core.tiny import build_char_tokenizer, build_tiny_model, save_tiny
 
     tok = build_char_tokenizer(SYNTHETIC_ALPHABET)
-    model = build_tiny_model(tok, "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    model = build_tiny_model(
+        tok, "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2
+    )
     tok.pad_token = None if pad == "none" else tok.eos_token
     path = save_tiny(model, tok, tmp_path / "model")
     cfg = load_config("cpu", [f"model.name_or_path={path}"])
@@ -262,7 +269,12 @@ def test_out_of_memory_is_one_line_naming_the_knobs(tiny_model_path, tmp_path, m
     assert main(_overrides(tiny_model_path, tmp_path / "run", 2, "train.eval_samples=1")) == 3
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: out of memory") and "\n" not in err
-    for knob in ("rollout.generation_batch_size", "ppo.minibatch_size", "ppo.grad_accum_steps", "model.gradient_checkpointing"):
+    for knob in (
+        "rollout.generation_batch_size",
+        "ppo.minibatch_size",
+        "ppo.grad_accum_steps",
+        "model.gradient_checkpointing",
+    ):
         assert knob in err
 
 
@@ -378,7 +390,10 @@ def test_sigint_and_sigterm_save_a_checkpoint_and_exit_cleanly(tiny_model_path, 
         n = _step_lines(out)[-1]["step"]
         assert [r["step"] for r in _step_lines(out)] == list(range(1, n + 1))
         assert checkpoint_step(out / f"step_{n}") == n  # complete, and it holds every logged step
-        assert f"{sig.name} at step {n}: saved {out / f'step_{n}'}; continue with train.resume=auto" in stderr.strip().splitlines()[-1]
+        assert (
+            f"{sig.name} at step {n}: saved {out / f'step_{n}'}; continue with train.resume=auto"
+            in stderr.strip().splitlines()[-1]
+        )
     out, _, _ = runs[signal.SIGTERM]
     n = _step_lines(out)[-1]["step"]
     assert main(_overrides(tiny_model_path, out, n + 1, "train.save_every=0", "train.resume=auto")) == 0
@@ -394,7 +409,9 @@ def test_kill_9_during_a_save_then_resume_matches_the_uninterrupted_run(referenc
     time.sleep(0.2)
     proc.kill()  # SIGKILL: no handler, no cleanup
     assert proc.wait(timeout=30) == -signal.SIGKILL
-    assert latest_checkpoint(out) == out / "step_1" and not (out / "step_2").exists()  # nothing looks complete but is not
+    assert (
+        latest_checkpoint(out) == out / "step_1" and not (out / "step_2").exists()
+    )  # nothing looks complete but is not
     assert [r["step"] for r in _step_lines(out)] == [1, 2]  # step 2 was logged before its save
     assert main(_overrides(tiny_model_path, out, 3, "train.resume=auto")) == 0
     assert not list(out.glob(".tmp-*"))  # the unpublished folder is cleaned up
@@ -447,4 +464,8 @@ def test_same_seed_gives_identical_metrics_files(reference_run, tiny_model_path,
 
 
 def test_keep_last_prunes_older_checkpoints(reference_run):
-    assert sorted(p.name for p in reference_run.iterdir() if checkpoint_step(p) is not None) == ["final", "step_2", "step_3"]
+    assert sorted(p.name for p in reference_run.iterdir() if checkpoint_step(p) is not None) == [
+        "final",
+        "step_2",
+        "step_3",
+    ]

@@ -35,9 +35,14 @@ def test_scored_logprobs_equal_generation_distribution(tiny_model_path):
     temperature = 0.7
     ids, attn = tokenize_prompts(tok, PROMPTS, 64, "cpu")
     torch.manual_seed(0)
-    out = lm.generate(input_ids=ids, attention_mask=attn, generation_config=sampling_config(tok, 8, temperature),
-                      output_scores=True, return_dict_in_generate=True)
-    response = out.sequences[:, ids.shape[1]:]
+    out = lm.generate(
+        input_ids=ids,
+        attention_mask=attn,
+        generation_config=sampling_config(tok, 8, temperature),
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    response = out.sequences[:, ids.shape[1] :]
     gen_logprobs = logprobs_from_logits(torch.stack(out.scores, 1), response, temperature=1.0)  # scores are logits / T
     torch.manual_seed(0)
     ro = sample(lm, tok, PROMPTS, max_new_tokens=8, temperature=temperature)

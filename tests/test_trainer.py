@@ -14,10 +14,25 @@ from ppo_core.trainer import PPOTrainer
 from ppo_core.update import RatioCheckError, minibatch_update
 
 STEP_KEYS = [
-    "rollout/reward_mean", "rollout/correct_rate", "rollout/response_length", "rollout/eos_rate",
-    "loss/policy", "loss/value", "loss/entropy", "loss/total", "params/policy_clipfrac", "params/value_clipfrac",
-    "params/approx_kl", "params/kl_to_ref", "params/grad_norm", "params/explained_variance", "params/kl_coef",
-    "params/skipped", "time/rollout", "time/score", "time/update",
+    "rollout/reward_mean",
+    "rollout/correct_rate",
+    "rollout/response_length",
+    "rollout/eos_rate",
+    "loss/policy",
+    "loss/value",
+    "loss/entropy",
+    "loss/total",
+    "params/policy_clipfrac",
+    "params/value_clipfrac",
+    "params/approx_kl",
+    "params/kl_to_ref",
+    "params/grad_norm",
+    "params/explained_variance",
+    "params/kl_coef",
+    "params/skipped",
+    "time/rollout",
+    "time/score",
+    "time/update",
 ]
 
 
@@ -28,7 +43,14 @@ def test_cli_two_step_smoke_run(tiny_model_path, tiny_overrides, tmp_path, capsy
     assert [r["step"] for r in steps] == [1, 2]
     for key in STEP_KEYS:
         assert all(key in r for r in steps), key
-    for name in ("effective_config.yaml", "dashboard.png", "samples.jsonl", "summary.json", "final/value_head.pt", "final/optimizer.pt"):
+    for name in (
+        "effective_config.yaml",
+        "dashboard.png",
+        "samples.jsonl",
+        "summary.json",
+        "final/value_head.pt",
+        "final/optimizer.pt",
+    ):
         assert (out / name).exists(), name
     assert list((out / "tb").glob("events.out.tfevents.*"))
     assert sorted(p.name for p in out.glob("step_*")) == ["step_1", "step_2"]
@@ -52,15 +74,31 @@ def test_ratio_check_fires_when_training_forward_differs(tiny_model_path, tiny_o
 
     ro = sample(tr.actor.lm, tr.tokenizer, tr.prompts(records), 8, 0.7)
     score(tr.actor, tr.ref, ro, 0.7, 4)
-    mb = {"input_ids": ro.input_ids, "attention_mask": ro.attention_mask, "response_ids": ro.response_ids,
-          "mask": ro.mask, "old_logprobs": ro.logprobs, "old_values": ro.values,
-          "advantages": torch.ones_like(ro.values), "returns": torch.zeros_like(ro.values), "keep": ro.keep}
+    mb = {
+        "input_ids": ro.input_ids,
+        "attention_mask": ro.attention_mask,
+        "response_ids": ro.response_ids,
+        "mask": ro.mask,
+        "old_logprobs": ro.logprobs,
+        "old_values": ro.values,
+        "advantages": torch.ones_like(ro.values),
+        "returns": torch.zeros_like(ro.values),
+        "keep": ro.keep,
+    }
     minibatch_update(tr.actor, tr.optimizer, mb, temperature=0.7, ratio_tol=1e-4)  # consistent: passes
     ro2 = sample(tr.actor.lm, tr.tokenizer, tr.prompts(records), 8, 0.7)
     score(tr.actor, tr.ref, ro2, 0.7, 4)
-    mb.update(input_ids=ro2.input_ids, attention_mask=ro2.attention_mask, response_ids=ro2.response_ids,
-              mask=ro2.mask, old_logprobs=ro2.logprobs, old_values=ro2.values, keep=ro2.keep,
-              advantages=torch.ones_like(ro2.values), returns=torch.zeros_like(ro2.values))
+    mb.update(
+        input_ids=ro2.input_ids,
+        attention_mask=ro2.attention_mask,
+        response_ids=ro2.response_ids,
+        mask=ro2.mask,
+        old_logprobs=ro2.logprobs,
+        old_values=ro2.values,
+        keep=ro2.keep,
+        advantages=torch.ones_like(ro2.values),
+        returns=torch.zeros_like(ro2.values),
+    )
     with pytest.raises(RatioCheckError, match="temperature"):
         minibatch_update(tr.actor, tr.optimizer, mb, temperature=1.0, ratio_tol=1e-4)
 
@@ -109,12 +147,31 @@ def test_cuda_code_path_random_qwen(tmp_path):
     from ppo_core.tiny import build_char_tokenizer, save_tiny
 
     tok = build_char_tokenizer(SYNTHETIC_ALPHABET)
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, pad_token_id=tok.pad_token_id,
-                      eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+    )
     path = save_tiny(AutoModelForCausalLM.from_config(cfg), tok, tmp_path / "qwen")
-    overrides = [f"model.name_or_path={path}", "data.task=synthetic", "data.prompt_style=plain",
-                 f"train.output_dir={tmp_path / 'run'}", "train.steps=2", "rollout.batch_size=16",
-                 "ppo.minibatch_size=8", "ppo.grad_accum_steps=2", "rollout.max_new_tokens=16",
-                 "train.eval_samples=16", "data.n_train=64", "data.n_test=16", "train.progress=false"]
+    overrides = [
+        f"model.name_or_path={path}",
+        "data.task=synthetic",
+        "data.prompt_style=plain",
+        f"train.output_dir={tmp_path / 'run'}",
+        "train.steps=2",
+        "rollout.batch_size=16",
+        "ppo.minibatch_size=8",
+        "ppo.grad_accum_steps=2",
+        "rollout.max_new_tokens=16",
+        "train.eval_samples=16",
+        "data.n_train=64",
+        "data.n_test=16",
+        "train.progress=false",
+    ]
     assert main(["--config", "cuda", *overrides]) == 0

@@ -9,8 +9,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ppo_core import warmstart
 from ppo_core.rewards import extract_answer
-from ppo_core.synthetic import SYNTHETIC_ALPHABET, make_synthetic_task
-from ppo_core.tiny import build_char_tokenizer, build_tiny_model
+from ppo_core.synthetic import make_synthetic_task
+from ppo_core.tiny import build_tiny_model
 from ppo_core.warmstart import (
     IGNORE_INDEX,
     evaluate_accuracy,

@@ -43,7 +43,9 @@ def test_figure_draws_clipped_objective():
         curves = {line.get_label(): line for line in ax.get_lines()}
         curve = curves["min(r·A, clip(r)·A)"]
         x = torch.as_tensor(curve.get_xdata(), dtype=torch.float64)
-        torch.testing.assert_close(torch.as_tensor(curve.get_ydata(), dtype=torch.float64), clipped_objective(x, advantage, 0.3))
+        torch.testing.assert_close(
+            torch.as_tensor(curve.get_ydata(), dtype=torch.float64), clipped_objective(x, advantage, 0.3)
+        )
         dashed = curves["unclipped  r·A"]
         assert dashed.get_linestyle() == "--"
 
@@ -100,5 +102,5 @@ def test_clip_widget_shows_live_widget_with_fallback(monkeypatch):
     monkeypatch.setattr(clipping, "display_with_fallback", lambda widget, html: shown.append((widget, html)))
     monkeypatch.setattr(clipping, "clip_fallback_html", lambda: "<div>frames</div>")
     assert clip_widget() is None
-    (widget, html), = shown
+    ((widget, html),) = shown
     assert widget.children[0].description == "clip_eps" and html == "<div>frames</div>"

@@ -25,8 +25,11 @@ def _drawn(fig):
     bottom = fig.axes[1]
     heights = [p.get_height() for p in bottom.patches]
     lines = {line.get_gid(): list(line.get_ydata()) for line in bottom.get_lines() if line.get_gid()}
-    return (torch.tensor(heights, dtype=torch.float32), torch.tensor(lines["returns"], dtype=torch.float32),
-            torch.tensor(lines["values"], dtype=torch.float32))
+    return (
+        torch.tensor(heights, dtype=torch.float32),
+        torch.tensor(lines["returns"], dtype=torch.float32),
+        torch.tensor(lines["values"], dtype=torch.float32),
+    )
 
 
 @pytest.mark.parametrize("lam, gamma", [(0.0, 1.0), (0.95, 1.0), (1.0, 0.9), (0.5, 0.8)])

@@ -69,8 +69,10 @@ def notebook_digest(nb) -> str:
     """
     content = {
         "metadata": nb.get("metadata", {}),
-        "cells": [[cell.get("cell_type"), cell.get("source"), cell.get("metadata", {}), cell.get("attachments")]
-                  for cell in nb.cells],
+        "cells": [
+            [cell.get("cell_type"), cell.get("source"), cell.get("metadata", {}), cell.get("attachments")]
+            for cell in nb.cells
+        ],
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -97,8 +99,12 @@ def merge_streams(outputs: list) -> list:
     """Merge consecutive stream outputs of the same name and apply \\r and \\b, as Jupyter shows them."""
     merged = []
     for out in outputs:
-        if (out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream"
-                and merged[-1]["name"] == out["name"]):
+        if (
+            out.get("output_type") == "stream"
+            and merged
+            and merged[-1].get("output_type") == "stream"
+            and merged[-1]["name"] == out["name"]
+        ):
             merged[-1]["text"] += out["text"]
         else:
             merged.append(out)
@@ -196,8 +202,13 @@ def execute_notebook(path: Path, timeout: int = 600):
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     client.execute()
     _finish(nb)
     return nb
@@ -335,8 +346,9 @@ def stage_book(session: str | None = None, timeout: int = 600, log=print) -> dic
             failed.append(f"{path.name}: {stamp['detail']}")
         sources[path] = stamp
     if failed:
-        raise BookError("not building the book from notebooks that failed their tests in this session:\n  "
-                        + "\n  ".join(failed))
+        raise BookError(
+            "not building the book from notebooks that failed their tests in this session:\n  " + "\n  ".join(failed)
+        )
 
     if STAGE.exists():
         shutil.rmtree(STAGE)
@@ -358,13 +370,22 @@ def stage_book(session: str | None = None, timeout: int = 600, log=print) -> dic
     for path, stamp in sources.items():
         executed = EXECUTED / "chapters" / path.name
         current = notebook_digest(nbformat.read(path, as_version=4))
-        if (session and stamp and stamp["session"] == session and stamp["status"] == "passed"
-                and stamp["digest"] == current and executed.is_file()):
+        if (
+            session
+            and stamp
+            and stamp["session"] == session
+            and stamp["status"] == "passed"
+            and stamp["digest"] == current
+            and executed.is_file()
+        ):
             shutil.copy2(executed, STAGE / "chapters" / path.name)
             how[path.stem] = "nbval"
             continue
-        reason = ("not run by nbval in this session" if not (session and stamp and stamp["session"] == session)
-                  else "changed since nbval ran it")
+        reason = (
+            "not run by nbval in this session"
+            if not (session and stamp and stamp["session"] == session)
+            else "changed since nbval ran it"
+        )
         log(f"[book] executing {path.name} with nbclient ({reason})")
         start = time.perf_counter()
         try:
@@ -378,8 +399,16 @@ def stage_book(session: str | None = None, timeout: int = 600, log=print) -> dic
 
 def build_book(timeout: int = 900) -> tuple[int, str]:
     """``jupyter-book build _build/book_src --all -W --keep-going``; returns (exit code, output)."""
-    cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
-           "build", str(STAGE), "--all", "-W", "--keep-going"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
+        "build",
+        str(STAGE),
+        "--all",
+        "-W",
+        "--keep-going",
+    ]
     env = dict(os.environ, PYTHONWARNINGS="ignore::DeprecationWarning")
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     return proc.returncode, proc.stdout + proc.stderr

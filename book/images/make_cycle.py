@@ -85,10 +85,28 @@ FIG_W = 6.9
 def draw_phases(ax, tops: list[float], heights: list[float]) -> None:
     """The three phase boxes, stacked top to bottom, each with a coloured title band."""
     for top, h, (title, chapters, colour, lines) in zip(tops, heights, PHASES):
-        ax.add_patch(FancyBboxPatch((LEFT, top - h), WIDTH, h, boxstyle="round,pad=0,rounding_size=0.1",
-                                    facecolor="white", edgecolor=colour, linewidth=2))
-        ax.add_patch(FancyBboxPatch((LEFT, top - BAND), WIDTH, BAND, boxstyle="round,pad=0,rounding_size=0.1",
-                                    facecolor=colour, edgecolor=colour, linewidth=2))
+        ax.add_patch(
+            FancyBboxPatch(
+                (LEFT, top - h),
+                WIDTH,
+                h,
+                boxstyle="round,pad=0,rounding_size=0.1",
+                facecolor="white",
+                edgecolor=colour,
+                linewidth=2,
+            )
+        )
+        ax.add_patch(
+            FancyBboxPatch(
+                (LEFT, top - BAND),
+                WIDTH,
+                BAND,
+                boxstyle="round,pad=0,rounding_size=0.1",
+                facecolor=colour,
+                edgecolor=colour,
+                linewidth=2,
+            )
+        )
         ax.text(LEFT + 0.14, top - BAND / 2, title, fontsize=12.5, fontweight="bold", color="white", va="center")
         ax.text(LEFT + WIDTH - 0.14, top - BAND / 2, chapters, fontsize=9, color="white", va="center", ha="right")
         for k, line in enumerate(lines):
@@ -100,43 +118,95 @@ def draw_flows(ax, tops: list[float], heights: list[float]) -> None:
     x = LEFT + 0.9
     for i, label in enumerate(FLOWS):
         y0, y1 = tops[i] - heights[i], tops[i + 1]
-        ax.add_patch(FancyArrowPatch((x, y0 - 0.03), (x, y1 + 0.03), arrowstyle="-|>",
-                                     mutation_scale=16, color=INK, linewidth=1.6))
-        ax.text(x + 0.18, (y0 + y1) / 2, label, fontsize=9, color=MUTED, ha="left", va="center",
-                family="DejaVu Sans Mono")
+        ax.add_patch(
+            FancyArrowPatch(
+                (x, y0 - 0.03), (x, y1 + 0.03), arrowstyle="-|>", mutation_scale=16, color=INK, linewidth=1.6
+            )
+        )
+        ax.text(
+            x + 0.18, (y0 + y1) / 2, label, fontsize=9, color=MUTED, ha="left", va="center", family="DejaVu Sans Mono"
+        )
 
 
 def draw_return(ax, tops: list[float], heights: list[float]) -> None:
     """The arrow from the update back to the rollout, up the left side: the next step."""
     y_bottom, y_top, x_back = tops[-1] - heights[-1] / 2, tops[0] - heights[0] / 2, 0.33
-    ax.plot([LEFT - 0.02, x_back, x_back], [y_bottom, y_bottom, y_top], color=INK, linewidth=1.6,
-            solid_capstyle="butt", solid_joinstyle="miter")
-    ax.add_patch(FancyArrowPatch((x_back - 0.008, y_top), (LEFT - 0.02, y_top), arrowstyle="-|>",
-                                 mutation_scale=16, color=INK, linewidth=1.6))
-    ax.text(0.15, (y_bottom + y_top) / 2, r"next step: the updated weights are the new $\pi_{\mathrm{old}}$",
-            rotation=90, fontsize=9.5, color=INK, ha="center", va="center")
+    ax.plot(
+        [LEFT - 0.02, x_back, x_back],
+        [y_bottom, y_bottom, y_top],
+        color=INK,
+        linewidth=1.6,
+        solid_capstyle="butt",
+        solid_joinstyle="miter",
+    )
+    ax.add_patch(
+        FancyArrowPatch(
+            (x_back - 0.008, y_top), (LEFT - 0.02, y_top), arrowstyle="-|>", mutation_scale=16, color=INK, linewidth=1.6
+        )
+    )
+    ax.text(
+        0.15,
+        (y_bottom + y_top) / 2,
+        r"next step: the updated weights are the new $\pi_{\mathrm{old}}$",
+        rotation=90,
+        fontsize=9.5,
+        color=INK,
+        ha="center",
+        va="center",
+    )
 
 
 def draw_models(ax, fig_h: float) -> None:
     """The four models, as a column of cards on the right."""
     mx = LEFT + WIDTH + 0.22
     mw = FIG_W - mx - 0.08
-    ax.text(mx + mw / 2, fig_h - 0.33, "The four models", fontsize=10.5, fontweight="bold", color=INK,
-            ha="center", va="center")
+    ax.text(
+        mx + mw / 2,
+        fig_h - 0.33,
+        "The four models",
+        fontsize=10.5,
+        fontweight="bold",
+        color=INK,
+        ha="center",
+        va="center",
+    )
     for i, (name, role) in enumerate(MODELS):
         y = fig_h - 0.62 - i * 0.98
-        ax.add_patch(FancyBboxPatch((mx, y - 0.8), mw, 0.8, boxstyle="round,pad=0,rounding_size=0.08",
-                                    facecolor="#f6f8fa", edgecolor="#d0d7de", linewidth=1))
+        ax.add_patch(
+            FancyBboxPatch(
+                (mx, y - 0.8),
+                mw,
+                0.8,
+                boxstyle="round,pad=0,rounding_size=0.08",
+                facecolor="#f6f8fa",
+                edgecolor="#d0d7de",
+                linewidth=1,
+            )
+        )
         ax.text(mx + mw / 2, y - 0.2, name, fontsize=9.5, color=INK, ha="center", va="center", fontweight="bold")
         ax.text(mx + mw / 2, y - 0.52, role, fontsize=8.3, color=MUTED, ha="center", va="center", linespacing=1.25)
-    ax.text(mx + mw / 2, fig_h - 0.62 - 4 * 0.98 + 0.02, "trained: policy and value head\nfrozen: the reference",
-            fontsize=8.3, color=MUTED, ha="center", va="top", linespacing=1.3)
+    ax.text(
+        mx + mw / 2,
+        fig_h - 0.62 - 4 * 0.98 + 0.02,
+        "trained: policy and value head\nfrozen: the reference",
+        fontsize=8.3,
+        color=MUTED,
+        ha="center",
+        va="top",
+        linespacing=1.3,
+    )
 
 
 def draw() -> plt.Figure:
     """The whole diagram on one borderless axes measured in inches."""
-    plt.rcParams.update({"font.family": "DejaVu Sans", "mathtext.fontset": "dejavusans", "svg.fonttype": "path",
-                         "svg.hashsalt": "ppo-cycle"})
+    plt.rcParams.update(
+        {
+            "font.family": "DejaVu Sans",
+            "mathtext.fontset": "dejavusans",
+            "svg.fonttype": "path",
+            "svg.hashsalt": "ppo-cycle",
+        }
+    )
     heights = [BAND + PAD + LINE_H * len(phase[3]) for phase in PHASES]
     fig_h = sum(heights) + GAP * (len(PHASES) - 1) + 0.24
     fig = plt.figure(figsize=(FIG_W, fig_h))

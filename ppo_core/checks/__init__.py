@@ -6,7 +6,7 @@ One checker, two callers: learners call these on their own functions in the chap
 tests call them on the package's functions (and on typical wrong implementations, which they must reject).
 """
 
-from ._common import CheckFailure, NotImplementedYet, RESULTS  # noqa: F401
+from ._common import RESULTS, CheckFailure, NotImplementedYet  # noqa: F401
 from ._progress import progress, progress_path, reset_progress  # noqa: F401
 from .ch01_logprobs import *  # noqa: F401,F403
 from .ch02_masking import *  # noqa: F401,F403

@@ -102,10 +102,14 @@ def _close(a, b, atol: float, rtol: float) -> bool:
     b = torch.as_tensor(b)
     if a.shape != b.shape:
         return False
-    return torch.allclose(a.detach().to(torch.float64).cpu(), b.detach().to(torch.float64).cpu(), atol=atol, rtol=rtol, equal_nan=False)
+    return torch.allclose(
+        a.detach().to(torch.float64).cpu(), b.detach().to(torch.float64).cpu(), atol=atol, rtol=rtol, equal_nan=False
+    )
 
 
-def expect_close(got, want, *, what: str, mistakes: dict | None = None, case: str = "", atol: float = 1e-5, rtol: float = 1e-4):
+def expect_close(
+    got, want, *, what: str, mistakes: dict | None = None, case: str = "", atol: float = 1e-5, rtol: float = 1e-4
+):
     """Raise CheckFailure unless ``got`` matches ``want``; name the matching mistake if there is one.
 
     Args:
@@ -116,9 +120,13 @@ def expect_close(got, want, *, what: str, mistakes: dict | None = None, case: st
         case: a description of the inputs, shown with the expected and actual values.
     """
     if isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor) and got.shape != want.shape:
-        raise CheckFailure(f"{what} has shape {tuple(got.shape)}, expected {tuple(want.shape)}." + (f" Case: {case}" if case else ""))
+        raise CheckFailure(
+            f"{what} has shape {tuple(got.shape)}, expected {tuple(want.shape)}." + (f" Case: {case}" if case else "")
+        )
     if isinstance(got, torch.Tensor) and not torch.isfinite(got).all() and torch.isfinite(torch.as_tensor(want)).all():
-        raise CheckFailure(f"{what} contains NaN or inf where the right answer is finite: is the computation numerically stable? Case: {case}\n  expected: {_fmt(want)}\n  got:      {_fmt(got)}")
+        raise CheckFailure(
+            f"{what} contains NaN or inf where the right answer is finite: is the computation numerically stable? Case: {case}\n  expected: {_fmt(want)}\n  got:      {_fmt(got)}"
+        )
     if _close(got, want, atol, rtol):
         return
     diagnosis = next((desc for desc, wrong in (mistakes or {}).items() if _close(got, wrong, atol, rtol)), None)

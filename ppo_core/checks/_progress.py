@@ -32,7 +32,12 @@ from ..exercises import CHAPTER_TITLES, EXERCISES, START, exercise_for_checker
 __all__ = ["progress", "reset_progress", "progress_path", "record", "counts"]
 
 STATUSES = ("passed", "failed", "not implemented", "not tried")
-_MARKS = {"passed": "\N{WHITE HEAVY CHECK MARK}", "failed": "\N{CROSS MARK}", "not implemented": "\N{HOURGLASS}", "not tried": "\N{MIDDLE DOT} "}
+_MARKS = {
+    "passed": "\N{WHITE HEAVY CHECK MARK}",
+    "failed": "\N{CROSS MARK}",
+    "not implemented": "\N{HOURGLASS}",
+    "not tried": "\N{MIDDLE DOT} ",
+}
 _SESSION: dict[str, dict] = {}
 """checker name -> its last record in this Python session."""
 
@@ -160,6 +165,6 @@ def progress() -> Progress:
 
 
 def exercise_label(checker: str) -> str:
-    """"Exercise 3.1 (compute_gae)" for a checker name, or "" if it grades no listed exercise."""
+    """ "Exercise 3.1 (compute_gae)" for a checker name, or "" if it grades no listed exercise."""
     ex = exercise_for_checker(checker)
     return f"Exercise {ex.id} ({ex.plain_title})" if ex else ""

@@ -11,8 +11,12 @@ from ._common import CheckFailure, call, checker, expect_close
 
 __all__ = ["check_gather_response_logprobs", "check_entropy_from_logits"]
 
-_OFF_BY_ONE = "sliced the logits [P : P+T] instead of [P-1 : P+T-1] (off by one: the output at position t predicts token t+1)"
-_NO_TEMPERATURE = "forgot the temperature (PPO's logprobs must come from logits / temperature, the distribution that sampled)"
+_OFF_BY_ONE = (
+    "sliced the logits [P : P+T] instead of [P-1 : P+T-1] (off by one: the output at position t predicts token t+1)"
+)
+_NO_TEMPERATURE = (
+    "forgot the temperature (PPO's logprobs must come from logits / temperature, the distribution that sampled)"
+)
 _TIMES_TEMPERATURE = "multiplied the logits by the temperature instead of dividing by it"
 _UNSTABLE = (
     "took log(softmax(...)), which underflows to log(0) = -inf for large logits; "
@@ -55,21 +59,41 @@ def _logprob_mistakes(logits, response_ids, P, temperature) -> dict:
 def _check_shape(got, want_shape: tuple, what: str, case: str, hints: dict, default_hint: str):
     """Name the usual shape mistakes (``hints``: wrong shape -> what it suggests) before comparing values."""
     if not isinstance(got, torch.Tensor):
-        raise CheckFailure(f"{what} should be a torch.Tensor of shape {want_shape}, got {type(got).__name__}. Case: {case}")
+        raise CheckFailure(
+            f"{what} should be a torch.Tensor of shape {want_shape}, got {type(got).__name__}. Case: {case}"
+        )
     if tuple(got.shape) == tuple(want_shape):
         return
     hint = hints.get(tuple(got.shape), default_hint)
-    raise CheckFailure(f"{what} has shape {tuple(got.shape)}, expected {tuple(want_shape)}: it looks like you {hint}. Case: {case}")
+    raise CheckFailure(
+        f"{what} has shape {tuple(got.shape)}, expected {tuple(want_shape)}: it looks like you {hint}. Case: {case}"
+    )
 
 
 def _logprob_shape(got, B: int, T: int, V: int, case: str):
     hints = {
-        (B, T, V): "returned the full (B, T, V) distribution: pick each response token's entry with .gather(-1, ids.unsqueeze(-1)).squeeze(-1)",
+        (
+            B,
+            T,
+            V,
+        ): "returned the full (B, T, V) distribution: pick each response token's entry with .gather(-1, ids.unsqueeze(-1)).squeeze(-1)",
         (B, T, 1): "forgot to .squeeze(-1) after the gather",
-        (B, T, B, T): "indexed with the ids directly (logp[..., ids] builds every combination): gather along the vocabulary dim, dim=-1",
+        (
+            B,
+            T,
+            B,
+            T,
+        ): "indexed with the ids directly (logp[..., ids] builds every combination): gather along the vocabulary dim, dim=-1",
         (B, T + 1): "scored one position too many: keep only the T outputs [P-1 : P+T-1]",
     }
-    _check_shape(got, (B, T), "logprobs", case, hints, "gathered along the wrong dimension (gather along the vocabulary dim, dim=-1)")
+    _check_shape(
+        got,
+        (B, T),
+        "logprobs",
+        case,
+        hints,
+        "gathered along the wrong dimension (gather along the vocabulary dim, dim=-1)",
+    )
 
 
 @checker
@@ -82,7 +106,9 @@ def check_gather_response_logprobs(fn):
         got = call(fn, logits.clone(), response_ids.clone(), P, temperature)
         _logprob_shape(got, B, T, V, case)
         want = logprobs_from_logits(response_logits(logits, P, T), response_ids, temperature)
-        expect_close(got, want, what="logprobs", mistakes=_logprob_mistakes(logits, response_ids, P, temperature), case=case)
+        expect_close(
+            got, want, what="logprobs", mistakes=_logprob_mistakes(logits, response_ids, P, temperature), case=case
+        )
 
     # 2. stability: logits x 100 make most probabilities underflow to 0
     B, P, T, V, temperature = 2, 3, 3, 6, 1.0
@@ -91,9 +117,13 @@ def check_gather_response_logprobs(fn):
     got = call(fn, logits.clone(), response_ids.clone(), P, temperature)
     _logprob_shape(got, B, T, V, case)
     if not torch.isfinite(got).all():
-        raise CheckFailure(f"logprobs contains NaN or -inf for large logits: it looks like you {_UNSTABLE}. Case: {case}\n  got: {got.tolist()}")
+        raise CheckFailure(
+            f"logprobs contains NaN or -inf for large logits: it looks like you {_UNSTABLE}. Case: {case}\n  got: {got.tolist()}"
+        )
     want = logprobs_from_logits(response_logits(logits, P, T), response_ids, temperature)
-    expect_close(got, want, what="logprobs", mistakes=_logprob_mistakes(logits, response_ids, P, temperature), case=case)
+    expect_close(
+        got, want, what="logprobs", mistakes=_logprob_mistakes(logits, response_ids, P, temperature), case=case
+    )
 
     # 3. bfloat16 logits (what a bf16 model returns): the answer must be computed in float32
     B, P, T, V, temperature = 2, 4, 5, 50, 0.9
@@ -106,10 +136,12 @@ def check_gather_response_logprobs(fn):
     aligned = response_logits(logits, P, T)  # (B, T, V) bf16
     mistakes = _logprob_mistakes(logits, response_ids, P, temperature)
     mistakes[_BF16] = _gathered(torch.log_softmax(aligned / temperature, -1), response_ids).float()
-    mistakes["cast the logprobs back to bfloat16 (keep them in float32: PPO's ratio exp(new - old) needs the precision)"] = (
-        want.to(torch.bfloat16).float()
+    mistakes[
+        "cast the logprobs back to bfloat16 (keep them in float32: PPO's ratio exp(new - old) needs the precision)"
+    ] = want.to(torch.bfloat16).float()
+    expect_close(
+        got.float() if got.dtype == torch.bfloat16 else got, want, what="logprobs", mistakes=mistakes, case=case
     )
-    expect_close(got.float() if got.dtype == torch.bfloat16 else got, want, what="logprobs", mistakes=mistakes, case=case)
 
 
 _ENT_UNSTABLE = (
@@ -125,7 +157,9 @@ def _entropy_shape(got, B: int, T: int, V: int, case: str):
         (B, V): "summed over the positions (dim=1) instead of the vocabulary (dim=-1)",
         (T, V): "summed over the batch (dim=0) instead of the vocabulary (dim=-1)",
     }
-    _check_shape(got, (B, T), "entropy", case, hints, "reduced over the wrong dimension (sum over the vocabulary, dim=-1)")
+    _check_shape(
+        got, (B, T), "entropy", case, hints, "reduced over the wrong dimension (sum over the vocabulary, dim=-1)"
+    )
 
 
 def _entropy_mistakes(logits, temperature) -> dict:
@@ -136,9 +170,15 @@ def _entropy_mistakes(logits, temperature) -> dict:
     H = entropy_from_logits(logits, temperature)  # (B, T)
     return {
         "got the sign wrong (sum p log p is minus the entropy)": -H,
-        "forgot the temperature (the entropy of the sampling distribution uses logits / temperature)": entropy_from_logits(logits, 1.0),
-        "multiplied the logits by the temperature instead of dividing by it": entropy_from_logits(logits.float() * temperature, 1.0),
-        "used one token's surprisal, -log p of the most likely token, instead of the whole distribution's entropy": -logp.max(-1).values,
+        "forgot the temperature (the entropy of the sampling distribution uses logits / temperature)": entropy_from_logits(
+            logits, 1.0
+        ),
+        "multiplied the logits by the temperature instead of dividing by it": entropy_from_logits(
+            logits.float() * temperature, 1.0
+        ),
+        "used one token's surprisal, -log p of the most likely token, instead of the whole distribution's entropy": -logp.max(
+            -1
+        ).values,
         "averaged -p log p over the vocabulary instead of summing it": -(p * logp).mean(-1),
         "forgot the probability weights (summed -log p over the vocabulary)": -logp.sum(-1),
     }
@@ -159,7 +199,12 @@ def check_entropy_from_logits(fn):
     B, T, V = 1, 2, 8
     got = call(fn, torch.zeros(B, T, V), 1.0)
     _entropy_shape(got, B, T, V, "uniform logits")
-    expect_close(got, torch.full((B, T), float(torch.log(torch.tensor(8.0)))), what="entropy", case=f"all-zero logits, V={V}: H = log V")
+    expect_close(
+        got,
+        torch.full((B, T), float(torch.log(torch.tensor(8.0)))),
+        what="entropy",
+        case=f"all-zero logits, V={V}: H = log V",
+    )
 
     # stability: logits x 100 make most probabilities underflow to 0
     B, T, V = 2, 3, 6
@@ -168,8 +213,17 @@ def check_entropy_from_logits(fn):
     got = call(fn, logits.clone(), 1.0)
     _entropy_shape(got, B, T, V, case)
     if not torch.isfinite(got).all():
-        raise CheckFailure(f"entropy contains NaN or inf for large logits: it looks like you {_ENT_UNSTABLE}. Case: {case}\n  got: {got.tolist()}")
-    expect_close(got, entropy_from_logits(logits, 1.0), what="entropy", mistakes=_entropy_mistakes(logits, 1.0), case=case, atol=1e-4)
+        raise CheckFailure(
+            f"entropy contains NaN or inf for large logits: it looks like you {_ENT_UNSTABLE}. Case: {case}\n  got: {got.tolist()}"
+        )
+    expect_close(
+        got,
+        entropy_from_logits(logits, 1.0),
+        what="entropy",
+        mistakes=_entropy_mistakes(logits, 1.0),
+        case=case,
+        atol=1e-4,
+    )
 
     # bfloat16 logits: the answer must be computed in float32
     B, T, V, temperature = 2, 3, 50, 0.9
@@ -184,4 +238,6 @@ def check_entropy_from_logits(fn):
     mistakes["computed the entropy in bfloat16: upcast the logits with .float() first"] = (
         -(torch.softmax(z, -1) * torch.log_softmax(z, -1)).sum(-1).float()
     )
-    expect_close(got.float() if got.dtype == torch.bfloat16 else got, want, what="entropy", mistakes=mistakes, case=case)
+    expect_close(
+        got.float() if got.dtype == torch.bfloat16 else got, want, what="entropy", mistakes=mistakes, case=case
+    )

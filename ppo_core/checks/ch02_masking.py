@@ -21,8 +21,7 @@ _NAN_POISON = (
     "position poisons the mean and the variance. Select instead: torch.where(mask, x, 0) or x[mask]"
 )
 _FORGOT_EPS = (
-    "forgot eps: a constant input has variance 0, so (x - mean) / sqrt(var) is 0 / 0 = NaN. "
-    "Divide by sqrt(var + eps)"
+    "forgot eps: a constant input has variance 0, so (x - mean) / sqrt(var) is 0 / 0 = NaN. Divide by sqrt(var + eps)"
 )
 
 
@@ -58,16 +57,31 @@ def _whiten_mistakes(x, mask, shift_mean=True, eps=1e-8):
     shift_desc = {
         (True, "add"): "added the mean back although shift_mean=True",
         (True, "none"): "forgot to subtract the mean",
-        (False, "sub"): "ignored shift_mean=False (the mean must be added back after scaling, so the output keeps the input's mean)",
-        (False, "none"): "divided x by the std without centring it (shift_mean=False means (x - mean) / std + mean, not x / std)",
+        (
+            False,
+            "sub",
+        ): "ignored shift_mean=False (the mean must be added back after scaling, so the output keeps the input's mean)",
+        (
+            False,
+            "none",
+        ): "divided x by the std without centring it (shift_mean=False means (x - mean) / std + mean, not x / std)",
     }
     options = {
-        "stats": {"mask": None, "all": "forgot the mask (the mean and variance were taken over all entries, padding included)",
-                  "row": "whitened each row separately (the statistics are over all True entries of the batch)"},
-        "unbiased": {True: None, False: "used the biased variance (divide by n) instead of the Bessel-corrected one (divide by n - 1)"},
+        "stats": {
+            "mask": None,
+            "all": "forgot the mask (the mean and variance were taken over all entries, padding included)",
+            "row": "whitened each row separately (the statistics are over all True entries of the batch)",
+        },
+        "unbiased": {
+            True: None,
+            False: "used the biased variance (divide by n) instead of the Bessel-corrected one (divide by n - 1)",
+        },
         "zero": {True: None, False: "left the masked entries non-zero (they must come back 0)"},
         "shift": {s: (None if s == right_shift else shift_desc[(shift_mean, s)]) for s in ("sub", "add", "none")},
-        "eps_mode": {"in": None, "out": "put eps outside the sqrt ((x - mean) / (std + eps)) or left it out; it belongs inside: sqrt(var + eps)"},
+        "eps_mode": {
+            "in": None,
+            "out": "put eps outside the sqrt ((x - mean) / (std + eps)) or left it out; it belongs inside: sqrt(var + eps)",
+        },
     }
     variants = []
     for combo in itertools.product(*(d.items() for d in options.values())):
@@ -90,7 +104,9 @@ def _check_whiten_case(fn, x, mask, case, **kwargs):
     except CheckFailure:  # wrong: now work out which mistake it was (about 70 candidates, so only on failure)
         mistakes = _whiten_mistakes(x, mask, shift_mean=kwargs.get("shift_mean", True), eps=kwargs.get("eps", 1e-8))
         if "eps" in kwargs:  # the eps argument must be used, not a hard-coded value
-            mistakes["ignored the eps argument (used a hard-coded 1e-8)"] = masked_whiten(x, mask, shift_mean=kwargs.get("shift_mean", True))
+            mistakes["ignored the eps argument (used a hard-coded 1e-8)"] = masked_whiten(
+                x, mask, shift_mean=kwargs.get("shift_mean", True)
+            )
         expect_close(got, want, what="whitened x", mistakes=mistakes, case=case)
 
 
@@ -101,25 +117,36 @@ def check_masked_whiten(fn):
     # A: padding holds garbage; 7 True entries, so n vs n - 1 differ visibly; default shift_mean.
     x = torch.tensor([[1.0, 2.0, 4.0, 9.0, -5.0], [0.5, -1.0, 3.0, 6.0, 6.0]])
     mask = torch.tensor([[T, T, T, F, F], [T, T, T, T, F]])
-    _check_whiten_case(fn, x, mask, "x=[[1,2,4,9,-5],[0.5,-1,3,6,6]], mask=[[T,T,T,F,F],[T,T,T,T,F]] (9 and -5 and the last 6 are padding), default shift_mean")
+    _check_whiten_case(
+        fn,
+        x,
+        mask,
+        "x=[[1,2,4,9,-5],[0.5,-1,3,6,6]], mask=[[T,T,T,F,F],[T,T,T,T,F]] (9 and -5 and the last 6 are padding), default shift_mean",
+    )
     _check_whiten_case(fn, x, mask, "the same x and mask, shift_mean=True", shift_mean=True)
     # B: shift_mean=False on data whose mean is far from 0.
     x = torch.tensor([[3.0, 5.0, 4.0, 0.0], [6.0, 2.0, 0.0, 0.0]])
     mask = torch.tensor([[T, T, T, F], [T, T, F, F]])
-    _check_whiten_case(fn, x, mask, "x=[[3,5,4,0],[6,2,0,0]], mask=[[T,T,T,F],[T,T,F,F]], shift_mean=False", shift_mean=False)
+    _check_whiten_case(
+        fn, x, mask, "x=[[3,5,4,0],[6,2,0,0]], mask=[[T,T,T,F],[T,T,F,F]], shift_mean=False", shift_mean=False
+    )
     # C: random float64 batch, random mask (at least two True entries), both settings of shift_mean.
     gen = torch.Generator().manual_seed(2)
     x = torch.randn(4, 7, generator=gen, dtype=torch.float64) * 3 + 1
     mask = torch.rand(4, 7, generator=gen) < 0.6
     mask[:, 0] = True
     for shift_mean in (True, False):
-        _check_whiten_case(fn, x, mask, f"random (4, 7) float64 batch, random mask, shift_mean={shift_mean}", shift_mean=shift_mean)
+        _check_whiten_case(
+            fn, x, mask, f"random (4, 7) float64 batch, random mask, shift_mean={shift_mean}", shift_mean=shift_mean
+        )
     # D: a constant input: variance 0, the answer is all zeros, not NaN.
     x = torch.tensor([[3.0, 3.0, 3.0, -1.0], [3.0, 3.0, 8.0, 8.0]])
     mask = torch.tensor([[T, T, T, F], [T, T, F, F]])
     got = call(fn, x, mask)
     if isinstance(got, torch.Tensor) and not torch.isfinite(got).all():
-        raise CheckFailure(f"whitened x contains NaN or inf on a constant input (x = 3 at every True entry). It looks like you {_FORGOT_EPS}.\n  got: {got.tolist()}")
+        raise CheckFailure(
+            f"whitened x contains NaN or inf on a constant input (x = 3 at every True entry). It looks like you {_FORGOT_EPS}.\n  got: {got.tolist()}"
+        )
     _check_whiten_case(fn, x, mask, "constant x = 3 on the True entries (variance 0): the answer is all zeros")
     # E: a tiny spread, where eps sits matters (var = 1e-8, eps = 1e-8).
     x = torch.tensor([[0.0, 1e-4, 2e-4, 5.0]])
@@ -133,10 +160,16 @@ def check_masked_whiten(fn):
     got = call(fn, x, mask)
     if isinstance(got, torch.Tensor) and got.shape == x.shape:
         if torch.isnan(got[mask]).any():
-            raise CheckFailure(f"a NaN in a masked position made the True entries NaN. It looks like you {_NAN_POISON}.\n  got: {got.tolist()}")
+            raise CheckFailure(
+                f"a NaN in a masked position made the True entries NaN. It looks like you {_NAN_POISON}.\n  got: {got.tolist()}"
+            )
         if torch.isnan(got[~mask]).any():
-            raise CheckFailure(f"the NaN from the padding came straight through: you left the masked entries non-zero (they must come back 0).\n  got: {got.tolist()}")
-    _check_whiten_case(fn, x, mask, "x=[[1,2,nan],[4,nan,nan]], mask=[[T,T,F],[T,F,F]] (masked entries never matter, even NaN)")
+            raise CheckFailure(
+                f"the NaN from the padding came straight through: you left the masked entries non-zero (they must come back 0).\n  got: {got.tolist()}"
+            )
+    _check_whiten_case(
+        fn, x, mask, "x=[[1,2,nan],[4,nan,nan]], mask=[[T,T,F],[T,F,F]] (masked entries never matter, even NaN)"
+    )
     # G: a 1-D input with every entry True.
     x = torch.tensor([2.0, -1.0, 0.5, 4.0, 1.5, 3.0])
     _check_whiten_case(fn, x, torch.ones(6, dtype=torch.bool), "1-D x=[2,-1,0.5,4,1.5,3], every entry True")
@@ -154,15 +187,31 @@ def _mask_mistakes(ids, eos_token_id, pad_token_id):
     first = is_eos.long().argmax(dim=1, keepdim=True)  # 0 for a row without EOS!
     mistakes = {}
     if pad_token_id == eos_token_id:
-        mistakes["used `ids != pad_token_id` only: with pad == EOS (what many tokenizers are set up to do) that drops the EOS the model really produced, so it never learns to stop"] = not_pad
-        mistakes["dropped the real EOS when pad == EOS: the `ids != pad_token_id` part of your mask also removes the EOS (an EOS counts even when it has the pad id)"] = (eos_upto == 0) & not_pad
+        mistakes[
+            "used `ids != pad_token_id` only: with pad == EOS (what many tokenizers are set up to do) that drops the EOS the model really produced, so it never learns to stop"
+        ] = not_pad
+        mistakes[
+            "dropped the real EOS when pad == EOS: the `ids != pad_token_id` part of your mask also removes the EOS (an EOS counts even when it has the pad id)"
+        ] = (eos_upto == 0) & not_pad
     else:
-        mistakes["used `ids != pad_token_id` only: that counts whatever was generated after the first EOS (junk, a second EOS)"] = not_pad
-    mistakes["excluded the EOS token itself (it is the model's action of stopping: it must count)"] = (eos_upto == 0) & not_pad
-    mistakes["counted tokens after the first EOS (every later EOS was counted too)"] = ((eos_upto == 0) | is_eos) & (not_pad | is_eos)
-    mistakes["counted tokens after the first EOS (everything up to the second EOS, `cumsum(eos) <= 1`)"] = (eos_upto <= 1) & (not_pad | is_eos)
-    mistakes["found the first EOS with argmax without handling rows that have no EOS (argmax of an all-False row is 0, so such a row keeps only its first token)"] = (pos <= first) & (not_pad | is_eos)
-    mistakes["found the first EOS with argmax without handling rows that have no EOS, and excluded the EOS token itself"] = pos < first
+        mistakes[
+            "used `ids != pad_token_id` only: that counts whatever was generated after the first EOS (junk, a second EOS)"
+        ] = not_pad
+    mistakes["excluded the EOS token itself (it is the model's action of stopping: it must count)"] = (
+        eos_upto == 0
+    ) & not_pad
+    mistakes["counted tokens after the first EOS (every later EOS was counted too)"] = ((eos_upto == 0) | is_eos) & (
+        not_pad | is_eos
+    )
+    mistakes["counted tokens after the first EOS (everything up to the second EOS, `cumsum(eos) <= 1`)"] = (
+        eos_upto <= 1
+    ) & (not_pad | is_eos)
+    mistakes[
+        "found the first EOS with argmax without handling rows that have no EOS (argmax of an all-False row is 0, so such a row keeps only its first token)"
+    ] = (pos <= first) & (not_pad | is_eos)
+    mistakes[
+        "found the first EOS with argmax without handling rows that have no EOS, and excluded the EOS token itself"
+    ] = pos < first
     return mistakes
 
 
@@ -180,20 +229,24 @@ def _check_mask_case(fn, ids, eos_token_id, pad_token_id, case):
 @checker
 def check_response_mask(fn):
     """Check ``fn(response_ids, eos_token_id, pad_token_id)`` against ``ppo_core.masking.response_mask``."""
-    ids = torch.tensor([
-        [5, 6, 2, 0],  # stops at EOS, then padding
-        [5, 2, 7, 8],  # the batch kept generating after EOS: junk
-        [5, 6, 7, 8],  # no EOS: truncated at the length limit
-        [2, 0, 0, 0],  # EOS straight away
-        [5, 2, 6, 2],  # a second EOS later on
-    ])
+    ids = torch.tensor(
+        [
+            [5, 6, 2, 0],  # stops at EOS, then padding
+            [5, 2, 7, 8],  # the batch kept generating after EOS: junk
+            [5, 6, 7, 8],  # no EOS: truncated at the length limit
+            [2, 0, 0, 0],  # EOS straight away
+            [5, 2, 6, 2],  # a second EOS later on
+        ]
+    )
     _check_mask_case(fn, ids, 2, 0, "eos=2, pad=0, rows [5,6,2,0] [5,2,7,8] [5,6,7,8] [2,0,0,0] [5,2,6,2]")
-    ids = torch.tensor([
-        [5, 6, 2, 2, 2, 2],
-        [2, 2, 2, 2, 2, 2],
-        [5, 6, 7, 8, 9, 4],
-        [5, 2, 7, 2, 2, 2],
-    ])
+    ids = torch.tensor(
+        [
+            [5, 6, 2, 2, 2, 2],
+            [2, 2, 2, 2, 2, 2],
+            [5, 6, 7, 8, 9, 4],
+            [5, 2, 7, 2, 2, 2],
+        ]
+    )
     _check_mask_case(fn, ids, 2, 2, "pad == eos == 2, rows [5,6,2,2,2,2] [2,2,2,2,2,2] [5,6,7,8,9,4] [5,2,7,2,2,2]")
     gen = torch.Generator().manual_seed(2)
     ids = torch.randint(0, 6, (6, 10), generator=gen)

@@ -18,8 +18,20 @@ __all__ = ["check_compute_gae", "check_token_rewards"]
 # --------------------------------------------------------------------------------------------
 # GAE: a naive per-row loop with switches that reproduce the common mistakes.
 # --------------------------------------------------------------------------------------------
-def _gae_loop(rewards, values, mask, gamma, lam, *, forwards=False, gamma_in_delta=True, gamma_in_rec=True,
-              use_lam=True, bootstrap="zero", ignore_mask=False):
+def _gae_loop(
+    rewards,
+    values,
+    mask,
+    gamma,
+    lam,
+    *,
+    forwards=False,
+    gamma_in_delta=True,
+    gamma_in_rec=True,
+    use_lam=True,
+    bootstrap="zero",
+    ignore_mask=False,
+):
     """Advantages (B, T) from a plain Python loop over each row's response tokens.
 
     ``bootstrap`` says what the last response token uses as V(s_{t+1}): ``"zero"`` (right),
@@ -96,11 +108,13 @@ def _gae_mistakes(rewards, values, mask, gamma, lam):
         "token instead of 0": loop(bootstrap="roll"),
         "forgot the mask altogether (padding was treated as more response tokens)": loop(ignore_mask=True),
         "let the padding leak into the recursion: the carried advantage A_{t+1} must be 0 after the last "
-        "response token (multiply it by the mask inside the loop)":
-            _gae_leaky(rewards, values, mask, gamma, lam, mask_output=True),
+        "response token (multiply it by the mask inside the loop)": _gae_leaky(
+            rewards, values, mask, gamma, lam, mask_output=True
+        ),
         "let the padding leak into the recursion (the carried advantage A_{t+1} must be 0 after the last "
-        "response token) and left nonzero advantages on padding":
-            _gae_leaky(rewards, values, mask, gamma, lam, mask_output=False),
+        "response token) and left nonzero advantages on padding": _gae_leaky(
+            rewards, values, mask, gamma, lam, mask_output=False
+        ),
         "whitened the advantages inside compute_gae (whitening belongs in the trainer; compute_gae returns "
         "raw advantages)": masked_whiten(right, mask),
     }
@@ -113,8 +127,9 @@ def _returns_mistakes(rewards, values, mask, gamma, lam):
         "computed returns as the rewards-to-go (discounted sum of rewards) instead of advantages + values "
         "(the lambda-return, the value target)": _rewards_to_go(rewards, mask, gamma),
         "returned the advantages as the returns; the value target is returns = advantages + values": advantages,
-        "computed returns = advantages - values; it is advantages + values":
-            torch.where(mask, advantages - values, zeros),
+        "computed returns = advantages - values; it is advantages + values": torch.where(
+            mask, advantages - values, zeros
+        ),
     }
 
 
@@ -154,11 +169,21 @@ def _gae_case(fn, rewards, values, mask, gamma, lam, case):
             raise CheckFailure(f"compute_gae changed its input `{name}` in place; work on new tensors. Case: {case}")
     want_adv, want_ret = compute_gae(rewards, values, mask, gamma=gamma, lam=lam)
     _check_padding_zero(advantages, want_adv, mask, "advantages", case)
-    _expect(advantages, want_adv, what="advantages", case=case,
-            mistakes=lambda: _gae_mistakes(rewards, values, mask, gamma, lam))
+    _expect(
+        advantages,
+        want_adv,
+        what="advantages",
+        case=case,
+        mistakes=lambda: _gae_mistakes(rewards, values, mask, gamma, lam),
+    )
     _check_padding_zero(returns, want_ret, mask, "returns", case)
-    _expect(returns, want_ret, what="returns", case=case,
-            mistakes=lambda: _returns_mistakes(rewards, values, mask, gamma, lam))
+    _expect(
+        returns,
+        want_ret,
+        what="returns",
+        case=case,
+        mistakes=lambda: _returns_mistakes(rewards, values, mask, gamma, lam),
+    )
     return advantages, returns
 
 
@@ -173,22 +198,43 @@ def check_compute_gae(fn):
     rewards = torch.tensor([[0.0, 0.0, 1.0]])
     values = torch.tensor([[0.5, 0.6, 0.7]])
     mask = torch.ones(1, 3, dtype=torch.bool)
-    _gae_case(fn, rewards, values, mask, 1.0, 0.95,
-              "rewards [[0, 0, 1]], values [[0.5, 0.6, 0.7]], no padding, gamma=1, lam=0.95")
+    _gae_case(
+        fn,
+        rewards,
+        values,
+        mask,
+        1.0,
+        0.95,
+        "rewards [[0, 0, 1]], values [[0.5, 0.6, 0.7]], no padding, gamma=1, lam=0.95",
+    )
 
     # 2. gamma < 1 and a reward on every token, so every gamma and lam mistake shows.
     rewards = torch.tensor([[0.1, -0.2, 0.0, 1.0]])
     values = torch.tensor([[0.4, 0.3, 0.6, 0.8]])
     mask = torch.ones(1, 4, dtype=torch.bool)
-    _gae_case(fn, rewards, values, mask, 0.9, 0.8,
-              "rewards [[0.1, -0.2, 0, 1]], values [[0.4, 0.3, 0.6, 0.8]], no padding, gamma=0.9, lam=0.8")
+    _gae_case(
+        fn,
+        rewards,
+        values,
+        mask,
+        0.9,
+        0.8,
+        "rewards [[0.1, -0.2, 0, 1]], values [[0.4, 0.3, 0.6, 0.8]], no padding, gamma=0.9, lam=0.8",
+    )
 
     # 3. Rows of different lengths; padding holds junk values and rewards that must never be read.
     mask = _lengths_mask([3, 1, 4], 4)
     rewards = torch.tensor([[0.0, 0.0, 1.0, 5.0], [-1.0, 7.0, 7.0, 7.0], [0.0, 0.5, 0.0, 2.0]])
     values = torch.tensor([[0.2, 0.4, 0.6, 9.0], [0.3, 9.0, 9.0, 9.0], [0.1, 0.2, 0.3, 0.4]])
-    _gae_case(fn, rewards, values, mask, 0.95, 0.9,
-              "3 rows of lengths 3, 1, 4 (padding holds junk 5, 7 and 9), gamma=0.95, lam=0.9")
+    _gae_case(
+        fn,
+        rewards,
+        values,
+        mask,
+        0.95,
+        0.9,
+        "3 rows of lengths 3, 1, 4 (padding holds junk 5, 7 and 9), gamma=0.95, lam=0.9",
+    )
 
     # 4. Random batches of several shapes, including a length-1 row and a full row.
     gen = torch.Generator().manual_seed(3)
@@ -199,8 +245,15 @@ def check_compute_gae(fn):
         mask = _lengths_mask(lengths, T)
         rewards = torch.randn(B, T, generator=gen)
         values = torch.randn(B, T, generator=gen)
-        _gae_case(fn, rewards, values, mask, gamma, lam,
-                  f"random (B, T)=({B}, {T}), row lengths {lengths}, gamma={gamma}, lam={lam}")
+        _gae_case(
+            fn,
+            rewards,
+            values,
+            mask,
+            gamma,
+            lam,
+            f"random (B, T)=({B}, {T}), row lengths {lengths}, gamma={gamma}, lam={lam}",
+        )
 
     # 5. Large rewards stay finite; float64 in, float64 out.
     mask = _lengths_mask([6, 4], 6)
@@ -237,14 +290,16 @@ def _token_rewards_mistakes(scores, kl, mask, kl_coef):
         "put the score on the first response token; it belongs on the last True token of the mask": v(score_at="first"),
         "put the score on the last position of the row (index T-1), which is padding for a short response; it "
         "belongs on the last True token of the mask": v(score_at="row_end"),
-        "put the score one position too far (index mask.sum()); the last response token is mask.sum() - 1":
-            v(score_at="one_past"),
+        "put the score one position too far (index mask.sum()); the last response token is mask.sum() - 1": v(
+            score_at="one_past"
+        ),
         "flipped the sign of the KL penalty (+kl_coef*kl rewards drifting away from the reference); the "
         "reward gets -kl_coef*kl": v(sign=1.0),
         "forgot the mask: the KL penalty landed on padding too": v(use_mask=False),
         "forgot kl_coef (the penalty is -kl_coef*kl)": v(use_coef=False),
-        "added the score to every response token; it is one number for the whole sequence, on its last token":
-            v(score_at="every"),
+        "added the score to every response token; it is one number for the whole sequence, on its last token": v(
+            score_at="every"
+        ),
     }
 
 
@@ -256,8 +311,13 @@ def _rewards_case(fn, scores, kl, mask, kl_coef, case):
             raise CheckFailure(f"token_rewards changed its input `{name}` in place; work on a new tensor. Case: {case}")
     if not isinstance(got, torch.Tensor):
         raise CheckFailure(f"token_rewards should return one (B, T) tensor; got {type(got).__name__}.")
-    _expect(got, token_rewards(scores, kl, mask, kl_coef), what="rewards", case=case,
-            mistakes=lambda: _token_rewards_mistakes(scores, kl, mask, kl_coef))
+    _expect(
+        got,
+        token_rewards(scores, kl, mask, kl_coef),
+        what="rewards",
+        case=case,
+        mistakes=lambda: _token_rewards_mistakes(scores, kl, mask, kl_coef),
+    )
 
 
 @checker
@@ -267,9 +327,14 @@ def check_token_rewards(fn):
     mask = _lengths_mask([3, 2], 4)
     scores = torch.tensor([1.0, -0.5])
     kl = torch.tensor([[0.2, -0.1, 0.3, 4.0], [0.5, 0.1, 4.0, 4.0]])
-    _rewards_case(fn, scores, kl, mask, 0.1,
-                  "scores [1, -0.5], row lengths 3 and 2 of T=4, kl [[0.2, -0.1, 0.3, 4], [0.5, 0.1, 4, 4]], "
-                  "kl_coef=0.1")
+    _rewards_case(
+        fn,
+        scores,
+        kl,
+        mask,
+        0.1,
+        "scores [1, -0.5], row lengths 3 and 2 of T=4, kl [[0.2, -0.1, 0.3, 4], [0.5, 0.1, 4, 4]], kl_coef=0.1",
+    )
     # 2. A full row, a length-1 row and a padded row.
     mask = _lengths_mask([4, 1, 2], 4)
     scores = torch.tensor([0.0, 2.0, 1.0])

@@ -100,17 +100,27 @@ def _policy_mistakes(logprobs, old_logprobs, advantages, mask, clip_eps):
     inv = torch.exp(-log_ratio)
     per_row = masked_sum(_surrogate(ratio, ratio_c, A), mask, dim=1) / mask.sum(1).clamp(min=1)
     return {
-        "flipped the sign (returned the objective to maximise instead of the loss to minimise)": -mm(_surrogate(ratio, ratio_c, A)),
+        "flipped the sign (returned the objective to maximise instead of the loss to minimise)": -mm(
+            _surrogate(ratio, ratio_c, A)
+        ),
         "took min instead of max of the two loss terms (the optimistic bound; the loss must be the pessimistic max(-A*r, -A*clip(r)))": mm(
             torch.minimum(-A * ratio, -A * ratio_c)
         ),
         "clipped the advantages instead of the ratio": mm(torch.maximum(-A * ratio, -A.clamp(lo, hi) * ratio)),
-        "clipped the advantages (to +-eps) instead of the ratio": mm(torch.maximum(-A * ratio, -A.clamp(-clip_eps, clip_eps) * ratio)),
-        "clipped the log-ratio to +-eps instead of the ratio to 1 +- eps": mm(_surrogate(ratio, torch.exp(log_ratio.clamp(-clip_eps, clip_eps)), A)),
+        "clipped the advantages (to +-eps) instead of the ratio": mm(
+            torch.maximum(-A * ratio, -A.clamp(-clip_eps, clip_eps) * ratio)
+        ),
+        "clipped the log-ratio to +-eps instead of the ratio to 1 +- eps": mm(
+            _surrogate(ratio, torch.exp(log_ratio.clamp(-clip_eps, clip_eps)), A)
+        ),
         "forgot the mask (took a plain mean over all tokens, padding included)": _surrogate(ratio, ratio_c, A).mean(),
         "averaged over each sequence first, then over sequences (the contract is a mean over all response tokens)": per_row.mean(),
-        "computed the ratio the wrong way round, old / new = exp(old_logprobs - logprobs)": mm(_surrogate(inv, inv.clamp(lo, hi), A)),
-        "used the log-ratio logprobs - old_logprobs as the ratio (forgot the exp)": mm(_surrogate(log_ratio, log_ratio.clamp(lo, hi), A)),
+        "computed the ratio the wrong way round, old / new = exp(old_logprobs - logprobs)": mm(
+            _surrogate(inv, inv.clamp(lo, hi), A)
+        ),
+        "used the log-ratio logprobs - old_logprobs as the ratio (forgot the exp)": mm(
+            _surrogate(log_ratio, log_ratio.clamp(lo, hi), A)
+        ),
         "divided the log-probabilities (logprobs / old_logprobs) instead of exponentiating their difference": mm(
             _surrogate(logprobs / old_logprobs, (logprobs / old_logprobs).clamp(lo, hi), A)
         ),
@@ -127,7 +137,9 @@ def _policy_stat_mistakes(logprobs, old_logprobs, advantages, mask, clip_eps):
     return {
         "clipfrac": {
             "counted every token with |ratio - 1| > eps; on the pessimistic side (A > 0 and r < 1 - eps, or A < 0 and "
-            "r > 1 + eps) the unclipped term is the active one, so those tokens are not clipped": mm(((ratio - 1).abs() > clip_eps).float()),
+            "r > 1 + eps) the unclipped term is the active one, so those tokens are not clipped": mm(
+                ((ratio - 1).abs() > clip_eps).float()
+            ),
             "forgot the mask": clipped_active.mean(),
             "reported the share of tokens that are NOT clipped": 1 - mm(clipped_active),
         },
@@ -169,7 +181,9 @@ def check_policy_loss(fn):
 
     # The first minibatch of every rollout: the policy has not moved yet, so logprobs == old_logprobs.
     _, old_logprobs, advantages, mask = _policy_case(4, 3, 5)
-    loss, stats = _unpack(call(fn, old_logprobs.clone(), old_logprobs, advantages, mask, clip_eps=0.2), "policy_loss", keys)
+    loss, stats = _unpack(
+        call(fn, old_logprobs.clone(), old_logprobs, advantages, mask, clip_eps=0.2), "policy_loss", keys
+    )
     case = "logprobs == old_logprobs (the first minibatch after a rollout): the ratio must be exactly 1"
     expect_close(loss.detach(), -masked_mean(advantages, mask), what="the policy loss", case=case)
     expect_close(stats["ratio_mean"], 1.0, what="stats['ratio_mean']", case=case, atol=1e-6)
@@ -205,12 +219,14 @@ def _value_mistakes(values, old_values, returns, mask, clip_eps):
     err_c_abs = (values.clamp(-clip_eps, clip_eps) - returns) ** 2
     return {
         "forgot the 1/2": mm(torch.maximum(err, err_c)),
-        "took min instead of max of the two squared errors (the clipped value loss is the pessimistic max)": 0.5 * mm(torch.minimum(err, err_c)),
+        "took min instead of max of the two squared errors (the clipped value loss is the pessimistic max)": 0.5
+        * mm(torch.minimum(err, err_c)),
         "clipped V to [-eps, eps] instead of to [V_old - eps, V_old + eps]": 0.5 * mm(torch.maximum(err, err_c_abs)),
         "forgot the mask (took a plain mean over all tokens, padding included)": 0.5 * torch.maximum(err, err_c).mean(),
         # clipping around R clips nothing, since (clip(V, R +- eps) - R)^2 <= (V - R)^2: same output as no clipping
         "did not clip at all (plain 1/2 squared error), or clipped V around the returns instead of around V_old, "
-        "which clips nothing because (clip(V, R +- eps) - R)^2 <= (V - R)^2": 0.5 * mm(torch.maximum(err, err_c_around_r)),
+        "which clips nothing because (clip(V, R +- eps) - R)^2 <= (V - R)^2": 0.5
+        * mm(torch.maximum(err, err_c_around_r)),
         "did not clip and forgot the 1/2 (plain squared error)": mm(err),
         "used only the clipped squared error (dropped the max with the unclipped one)": 0.5 * mm(err_c),
         "ignored clip_eps and hard-coded 0.2": value_loss(values, old_values, returns, mask, 0.2)[0],
@@ -226,7 +242,13 @@ def check_value_loss(fn):
         want, want_stats = value_loss(values, old_values, returns, mask, clip_eps)
         x = values.clone().requires_grad_(True)
         loss, stats = _unpack(call(fn, x, old_values, returns, mask, clip_eps=clip_eps), "value_loss", ("clipfrac",))
-        expect_close(loss.detach(), want, what="the value loss", mistakes=_value_mistakes(values, old_values, returns, mask, clip_eps), case=case)
+        expect_close(
+            loss.detach(),
+            want,
+            what="the value loss",
+            mistakes=_value_mistakes(values, old_values, returns, mask, clip_eps),
+            case=case,
+        )
         x_ref = values.clone().requires_grad_(True)
         (want_grad,) = torch.autograd.grad(value_loss(x_ref, old_values, returns, mask, clip_eps)[0], x_ref)
         _expect_grad(loss, x, want_grad, "values", case)
@@ -238,7 +260,9 @@ def check_value_loss(fn):
             ),
             "forgot the mask": (err_c > err).float().mean(),
         }
-        expect_close(stats["clipfrac"], want_stats["clipfrac"], what="stats['clipfrac']", mistakes=clip_mistakes, case=case)
+        expect_close(
+            stats["clipfrac"], want_stats["clipfrac"], what="stats['clipfrac']", mistakes=clip_mistakes, case=case
+        )
 
     values, _, returns, mask = _value_case(4, 3, 5)
     case = "values == old_values (the first minibatch): no clipping, the loss is 1/2 the masked mean squared error"
@@ -267,9 +291,15 @@ def _entropy_mistakes(logits, mask, temperature):
     logp = torch.log_softmax(logits.double() / temperature, dim=-1)  # (B, T, V)
     return {
         "flipped the sign (returned +entropy as the loss: minimising it would lower the entropy)": mm(H),
-        "used -log p of a single token (here the most likely one) instead of the full distribution": -mm(-logp.max(-1).values),
-        "averaged -log p over the vocabulary (uniform weights) instead of weighting each term by p": -mm(-logp.mean(-1)),
-        "forgot the temperature (entropy of softmax(logits) instead of softmax(logits / temperature))": -mm(entropy_from_logits(logits)),
+        "used -log p of a single token (here the most likely one) instead of the full distribution": -mm(
+            -logp.max(-1).values
+        ),
+        "averaged -log p over the vocabulary (uniform weights) instead of weighting each term by p": -mm(
+            -logp.mean(-1)
+        ),
+        "forgot the temperature (entropy of softmax(logits) instead of softmax(logits / temperature))": -mm(
+            entropy_from_logits(logits)
+        ),
         "multiplied the logits by the temperature instead of dividing": -mm(entropy_from_logits(logits * temperature)),
         "forgot the mask (took a plain mean over all tokens, padding included)": -H.mean(),
         "summed the entropy over tokens instead of averaging it": -masked_sum(H, mask),
@@ -283,20 +313,37 @@ def check_entropy_loss(fn):
         (0, (3, 5, 7), 1.0, 2.0, "B=3, T=5, V=7, temperature=1.0"),
         (1, (2, 6, 11), 0.7, 2.0, "B=2, T=6, V=11, temperature=0.7"),
         (2, (2, 4, 5), 1.5, 2.0, "B=2, T=4, V=5, temperature=1.5"),
-        (3, (2, 4, 9), 1.0, 200.0, "B=2, T=4, V=9, logits x 100 (very peaked distributions; p log p must not give NaN)"),
+        (
+            3,
+            (2, 4, 9),
+            1.0,
+            200.0,
+            "B=2, T=4, V=9, logits x 100 (very peaked distributions; p log p must not give NaN)",
+        ),
     ]
     for seed, (B, T, V), temperature, scale, case in cases:
         logits, mask = _entropy_case(seed, B, T, V, scale)
         want, want_stats = entropy_loss(logits, mask, temperature)
         x = logits.clone().requires_grad_(True)
         loss, stats = _unpack(call(fn, x, mask, temperature=temperature), "entropy_loss", ("entropy",))
-        expect_close(loss.detach(), want, what="the entropy loss", mistakes=_entropy_mistakes(logits, mask, temperature), case=case)
+        expect_close(
+            loss.detach(),
+            want,
+            what="the entropy loss",
+            mistakes=_entropy_mistakes(logits, mask, temperature),
+            case=case,
+        )
         x_ref = logits.clone().requires_grad_(True)
         (want_grad,) = torch.autograd.grad(entropy_loss(x_ref, mask, temperature)[0], x_ref)
         _expect_grad(loss, x, want_grad, "logits", case)
         H = entropy_from_logits(logits, temperature)
-        stat_mistakes = {"reported the loss (-entropy) as the entropy": -want_stats["entropy"], "forgot the mask": H.mean()}
-        expect_close(stats["entropy"], want_stats["entropy"], what="stats['entropy']", mistakes=stat_mistakes, case=case)
+        stat_mistakes = {
+            "reported the loss (-entropy) as the entropy": -want_stats["entropy"],
+            "forgot the mask": H.mean(),
+        }
+        expect_close(
+            stats["entropy"], want_stats["entropy"], what="stats['entropy']", mistakes=stat_mistakes, case=case
+        )
 
     V = 6
     logits, mask = torch.zeros(2, 3, V), torch.ones(2, 3, dtype=torch.bool)

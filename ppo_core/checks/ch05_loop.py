@@ -26,8 +26,16 @@ from ._common import CheckFailure, NotImplementedYet, call, checker, expect_clos
 __all__ = ["check_minibatch_update"]
 
 STAT_KEYS = (
-    "loss/policy", "loss/value", "loss/entropy", "loss/total", "params/policy_clipfrac", "params/value_clipfrac",
-    "params/approx_kl", "params/ratio_mean", "params/entropy", "params/grad_norm",
+    "loss/policy",
+    "loss/value",
+    "loss/entropy",
+    "loss/total",
+    "params/policy_clipfrac",
+    "params/value_clipfrac",
+    "params/approx_kl",
+    "params/ratio_mean",
+    "params/entropy",
+    "params/grad_norm",
 )
 """The stats every minibatch update must return (the trainer logs them; the dashboard plots some)."""
 
@@ -123,8 +131,14 @@ def _minibatch(actor, old_actor, tokenizer, g, prompt_lens, resp_lens, T: int, t
     returns = torch.where(near_current, current_values, values) + 0.3 * torch.randn(B, T, generator=g)
     returns = torch.where(mask, returns, 0.0)  # (B, T)
     return {
-        "input_ids": input_ids, "attention_mask": attention_mask, "response_ids": response_ids, "mask": mask,
-        "old_logprobs": old_logprobs, "old_values": values.float(), "advantages": advantages, "returns": returns,
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "response_ids": response_ids,
+        "mask": mask,
+        "old_logprobs": old_logprobs,
+        "old_values": values.float(),
+        "advantages": advantages,
+        "returns": returns,
         "keep": keep,
     }
 
@@ -160,9 +174,14 @@ def _variant_loss(actor, mb, bug, clip_eps, vf_clip_eps, vf_coef, ent_coef, temp
     w_ent = {"entropy_sign": -ent_coef, "no_ent_coef": 1.0}.get(bug, ent_coef)
     loss = pg + w_vf * vf + w_ent * ent
     stats = {
-        "loss/policy": pg.item(), "loss/value": vf.item(), "loss/entropy": ent.item(), "loss/total": loss.item(),
-        "params/policy_clipfrac": pg_stats["clipfrac"], "params/value_clipfrac": vf_stats["clipfrac"],
-        "params/approx_kl": pg_stats["approx_kl"], "params/ratio_mean": pg_stats["ratio_mean"],
+        "loss/policy": pg.item(),
+        "loss/value": vf.item(),
+        "loss/entropy": ent.item(),
+        "loss/total": loss.item(),
+        "params/policy_clipfrac": pg_stats["clipfrac"],
+        "params/value_clipfrac": vf_stats["clipfrac"],
+        "params/approx_kl": pg_stats["approx_kl"],
+        "params/ratio_mean": pg_stats["ratio_mean"],
         "params/entropy": ent_stats["entropy"],
     }
     return loss, stats
@@ -234,10 +253,14 @@ def _validate_stats(out, call_no: int) -> dict:
         raise CheckFailure(f"minibatch_update must return a dict of stats, got {type(out).__name__} (call {call_no}).")
     missing = [k for k in STAT_KEYS if k not in out]
     if missing:
-        raise CheckFailure(f"the stats dict lacks {missing}; the trainer logs {list(STAT_KEYS)} (same keys as ppo_core.update.minibatch_update).")
+        raise CheckFailure(
+            f"the stats dict lacks {missing}; the trainer logs {list(STAT_KEYS)} (same keys as ppo_core.update.minibatch_update)."
+        )
     for k in STAT_KEYS:
         if isinstance(out[k], torch.Tensor) or not isinstance(out[k], (int, float)):
-            raise CheckFailure(f"stats[{k!r}] must be a plain Python float (use .item() or float()), got {type(out[k]).__name__}.")
+            raise CheckFailure(
+                f"stats[{k!r}] must be a plain Python float (use .item() or float()), got {type(out[k]).__name__}."
+            )
     return out
 
 
@@ -284,7 +307,9 @@ def _same(a: torch.Tensor, b: torch.Tensor, name: str) -> bool:
 
 
 def _full_match(got: dict, other: dict) -> bool:
-    return got["steps"] == other["steps"] and all(_same(got["q"][n], other["q"][n], n) for n in other["q"] if n in got["q"])
+    return got["steps"] == other["steps"] and all(
+        _same(got["q"][n], other["q"][n], n) for n in other["q"] if n in got["q"]
+    )
 
 
 def _compare(got: dict, want: dict, mistake_outcome, case: str, kw: dict) -> None:
@@ -296,7 +321,11 @@ def _compare(got: dict, want: dict, mistake_outcome, case: str, kw: dict) -> Non
     for i, (n_got, n_want) in enumerate(zip(got["steps"], want["steps"]), start=1):
         if n_got != n_want:
             per_micro = n_got == kw["grad_accum_steps"] > 1
-            why = " It looks like you stepped once per micro-batch: accumulate the micro-batches' gradients, then step once." if per_micro else ""
+            why = (
+                " It looks like you stepped once per micro-batch: accumulate the micro-batches' gradients, then step once."
+                if per_micro
+                else ""
+            )
             raise CheckFailure(
                 f"optimizer.step() was called {n_got} time(s) in call {i}; a minibatch update steps the optimizer it is given exactly once.{why} Case: {case}"
             )
@@ -307,7 +336,9 @@ def _compare(got: dict, want: dict, mistake_outcome, case: str, kw: dict) -> Non
         g = got["q"][name]
         if _same(g, w, name):
             continue
-        candidates = {MISTAKES[bug]: mistake_outcome(bug)["q"][name] for bug in pool if name in mistake_outcome(bug)["q"]}
+        candidates = {
+            MISTAKES[bug]: mistake_outcome(bug)["q"][name] for bug in pool if name in mistake_outcome(bug)["q"]
+        }
         expect_close(g, w, what=name, mistakes=candidates, case=case, **_tolerances(name, w))
         raise CheckFailure(f"{name} is wrong. Case: {case}")  # (expect_close compares in float64; this is a fallback)
 
@@ -318,16 +349,42 @@ def _compare(got: dict, want: dict, mistake_outcome, case: str, kw: dict) -> Non
 
 _CASES = [
     dict(
-        arch="gpt2", seed=0, prompt_lens=(6, 3, 4, 2), resp_lens=(5, 2, 4, 1), T=5, noise=0.08,
-        kw=dict(clip_eps=0.1, vf_clip_eps=0.3, vf_coef=0.25, ent_coef=0.05, temperature=0.7, grad_accum_steps=1, max_grad_norm=0.05),
+        arch="gpt2",
+        seed=0,
+        prompt_lens=(6, 3, 4, 2),
+        resp_lens=(5, 2, 4, 1),
+        T=5,
+        noise=0.08,
+        kw=dict(
+            clip_eps=0.1,
+            vf_clip_eps=0.3,
+            vf_coef=0.25,
+            ent_coef=0.05,
+            temperature=0.7,
+            grad_accum_steps=1,
+            max_grad_norm=0.05,
+        ),
         about="GPT-2-shaped tiny model (absolute positions), B=4 left-padded rows of different lengths, temperature 0.7, "
-              "clip_eps 0.1, vf_clip_eps 0.3, vf_coef 0.25, ent_coef 0.05, max_grad_norm 0.05 (clipping active), two calls",
+        "clip_eps 0.1, vf_clip_eps 0.3, vf_coef 0.25, ent_coef 0.05, max_grad_norm 0.05 (clipping active), two calls",
     ),
     dict(
-        arch="llama", seed=1, prompt_lens=(5, 2, 3, 4), resp_lens=(3, 3, 3, 3), T=4, noise=0.08,
-        kw=dict(clip_eps=0.2, vf_clip_eps=0.1, vf_coef=0.5, ent_coef=0.01, temperature=1.3, grad_accum_steps=2, max_grad_norm=100.0),
+        arch="llama",
+        seed=1,
+        prompt_lens=(5, 2, 3, 4),
+        resp_lens=(3, 3, 3, 3),
+        T=4,
+        noise=0.08,
+        kw=dict(
+            clip_eps=0.2,
+            vf_clip_eps=0.1,
+            vf_coef=0.5,
+            ent_coef=0.01,
+            temperature=1.3,
+            grad_accum_steps=2,
+            max_grad_norm=100.0,
+        ),
         about="Llama-shaped tiny model, B=4 left-padded rows, grad_accum_steps 2, temperature 1.3, clip_eps 0.2, "
-              "vf_clip_eps 0.1, vf_coef 0.5, ent_coef 0.01, max_grad_norm 100 (no clipping), two calls",
+        "vf_clip_eps 0.1, vf_coef 0.5, ent_coef 0.01, max_grad_norm 100 (no clipping), two calls",
     ),
 ]
 
@@ -349,7 +406,9 @@ def _make_case(spec: dict):
     g = torch.Generator().manual_seed(100 + spec["seed"])
     old = _perturbed(actor, spec["noise"], g)
     T, temperature = spec["T"], spec["kw"]["temperature"]
-    mbs = [_minibatch(actor, old, tokenizer, g, spec["prompt_lens"], spec["resp_lens"], T, temperature) for _ in range(2)]
+    mbs = [
+        _minibatch(actor, old, tokenizer, g, spec["prompt_lens"], spec["resp_lens"], T, temperature) for _ in range(2)
+    ]
     return actor, tokenizer, mbs, {}
 
 
@@ -372,7 +431,9 @@ def _check_ratio_tol(fn, actor, tokenizer, spec) -> None:
     try:
         stats = _validate_stats(call(fn, first, _RecordingAdamW(first.parameters(), lr=LR), _fresh(same), **kw), 1)
     except RatioCheckError as err:
-        raise CheckFailure(f"raised RatioCheckError although the ratio is 1 up to float error ({err}). Is the forward the same as the rollout's (temperature, slice, position ids)? Case: {case}") from None
+        raise CheckFailure(
+            f"raised RatioCheckError although the ratio is 1 up to float error ({err}). Is the forward the same as the rollout's (temperature, slice, position ids)? Case: {case}"
+        ) from None
     expect_close(stats["params/ratio_mean"], 1.0, what="stats['params/ratio_mean']", case=case, atol=1e-5)
     expect_close(stats["params/policy_clipfrac"], 0.0, what="stats['params/policy_clipfrac']", case=case, atol=0)
     expect_close(stats["params/approx_kl"], 0.0, what="stats['params/approx_kl']", case=case, atol=1e-6)
@@ -387,7 +448,9 @@ def _check_ratio_tol(fn, actor, tokenizer, spec) -> None:
     except NotImplementedYet:
         raise
     except Exception as err:  # noqa: BLE001 - any other exception is the wrong kind
-        raise CheckFailure(f"raised {type(err).__name__} ({err}); raise ppo_core.update.RatioCheckError, which the trainer expects. Case: {case}") from None
+        raise CheckFailure(
+            f"raised {type(err).__name__} ({err}); raise ppo_core.update.RatioCheckError, which the trainer expects. Case: {case}"
+        ) from None
     raise CheckFailure(
         "ignored ratio_tol: when it is set and max |logprobs - old_logprobs| over the response tokens exceeds it, raise "
         f"ppo_core.update.RatioCheckError (the trainer's check that the first update starts at ratio 1). Case: {case}"

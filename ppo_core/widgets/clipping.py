@@ -17,7 +17,14 @@ from matplotlib.figure import Figure
 
 from ._fallback import display_with_fallback, frames_html
 
-__all__ = ["clipped_objective", "zero_gradient_interval", "clip_figure", "clip_fallback_html", "clip_widget", "EPS_VALUES"]
+__all__ = [
+    "clipped_objective",
+    "zero_gradient_interval",
+    "clip_figure",
+    "clip_fallback_html",
+    "clip_widget",
+    "EPS_VALUES",
+]
 
 EPS_VALUES = tuple(round(0.05 * k, 2) for k in range(1, 11))  # the slider's clip_eps values, 0.05 .. 0.50
 RATIO_MAX = 2.0  # the figure shows r in [0, RATIO_MAX]
@@ -65,7 +72,13 @@ class _ClipPlot:
         ax.set_xlabel("ratio r = π_θ / π_old")
         ax.grid(alpha=0.25)
         # the pessimistic side: min() keeps the unclipped r*A there, so a harmful move is still undone
-        note = {"transform": ax.transAxes, "fontsize": 8, "va": "top", "color": "0.25", "bbox": {"fc": "white", "ec": "none", "alpha": 0.85}}
+        note = {
+            "transform": ax.transAxes,
+            "fontsize": 8,
+            "va": "top",
+            "color": "0.25",
+            "bbox": {"fc": "white", "ec": "none", "alpha": 0.85},
+        }
         if advantage > 0:
             ax.text(0.03, 0.97, "r < 1−ε: not clipped,\ngradient pulls r back up", ha="left", **note)
         else:
@@ -114,8 +127,13 @@ def _live_widget(clip_eps: float = 0.2):
     from IPython.display import display
 
     slider = widgets.FloatSlider(
-        value=clip_eps, min=EPS_VALUES[0], max=EPS_VALUES[-1], step=0.05, description="clip_eps",
-        readout_format=".2f", continuous_update=False,
+        value=clip_eps,
+        min=EPS_VALUES[0],
+        max=EPS_VALUES[-1],
+        step=0.05,
+        description="clip_eps",
+        readout_format=".2f",
+        continuous_update=False,
     )
     out = widgets.interactive_output(lambda clip_eps: display(clip_figure(clip_eps)), {"clip_eps": slider})
     return widgets.VBox([slider, out])

@@ -72,14 +72,17 @@ class _GaePlot:
         top.bar(t, ex["rewards"][0].tolist(), color="tab:gray")
         top.axhline(0, color="black", lw=0.6)
         top.set_ylabel("rewards $r_t$", fontsize=8)
-        top.set_title(f"score 1.0 on the last token, KL penalty {KL_COEF}·k1 on every token, a fixed critic",
-                      fontsize=9)
+        top.set_title(
+            f"score 1.0 on the last token, KL penalty {KL_COEF}·k1 on every token, a fixed critic", fontsize=9
+        )
         self.label = top.text(0.01, 0.9, "", transform=top.transAxes, va="top", fontsize=10, weight="bold")
         self.bars = bottom.bar(t, [0.0] * len(t), color="tab:blue", alpha=0.75, label="advantages $A_t$")
-        (values_line,) = bottom.plot(t, ex["values"][0].tolist(), "k--", lw=1.2, label="values $V(s_t)$ (fixed)",
-                                     gid="values")
-        (self.returns_line,) = bottom.plot(t, [0.0] * len(t), "o-", color="tab:orange", lw=1.8, ms=4,
-                                           label="returns $A_t + V(s_t)$", gid="returns")
+        (values_line,) = bottom.plot(
+            t, ex["values"][0].tolist(), "k--", lw=1.2, label="values $V(s_t)$ (fixed)", gid="values"
+        )
+        (self.returns_line,) = bottom.plot(
+            t, [0.0] * len(t), "o-", color="tab:orange", lw=1.8, ms=4, label="returns $A_t + V(s_t)$", gid="returns"
+        )
         bottom.axhline(0, color="black", lw=0.6)
         bottom.set_ylim(*_ylim())
         bottom.set_xticks(t, [repr(tok)[1:-1] for tok in TOKENS], rotation=45, fontsize=8)
@@ -138,8 +141,12 @@ def gae_figure(lam: float, gamma: float):
 def gae_fallback_html(dpi: int = 80) -> str:
     """The kernel-free version: one PNG frame per (lam, gamma) in ``FALLBACK_GRID`` and two JS sliders."""
     plot = _GaePlot()
-    return frames_html(lambda lam, gamma: plot.png(lam, gamma, dpi), FALLBACK_GRID,
-                       title="GAE: drag λ (lam) and γ (gamma)", initial={"lam": 0.95, "gamma": 1.0})
+    return frames_html(
+        lambda lam, gamma: plot.png(lam, gamma, dpi),
+        FALLBACK_GRID,
+        title="GAE: drag λ (lam) and γ (gamma)",
+        initial={"lam": 0.95, "gamma": 1.0},
+    )
 
 
 def _show(plot: _GaePlot, lam: float, gamma: float) -> None:
