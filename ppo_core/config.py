@@ -51,7 +51,8 @@ class WarmStartConfig:
 @dataclass
 class DataConfig:
     task: str = "synthetic"
-    """'synthetic' (generated offline) or 'gsm8k'."""
+    """'synthetic' (generated offline), 'long_synthetic' (its ~100-token variant whose first token decides the
+    answer, ``ppo_core.long_synthetic``; use rollout.max_new_tokens=128) or 'gsm8k'."""
     source: str = "openai/gsm8k"
     """For gsm8k: a hub id (online) or a local folder/JSONL file with question/answer records."""
     prompt_style: str = "plain"
@@ -104,7 +105,23 @@ class PPOConfig:
     gamma: float = 1.0
     """Discount factor."""
     lam: float = 0.95
-    """GAE lambda."""
+    """GAE lambda of the policy's advantages (and of the critic's targets unless ppo.lam_value is set)."""
+    lam_value: float | None = None
+    """GAE lambda of the critic's targets R_t = A_t(lam_value) + V_t (null = ppo.lam, one lambda for both).
+    1.0 gives Monte-Carlo targets, the sum of the rewards still to come: unbiased, and independent of the
+    critic's own (at first meaningless) values; a lambda below 1 bootstraps from them. VC-PPO
+    (arXiv 2503.01491) decouples the two."""
+    lam_policy_alpha: float = 0.0
+    """VAPO's length-adaptive policy lambda (arXiv 2504.05118): when > 0, each response of length l gets
+    lam = 1 - 1/(alpha * l) for its advantages instead of ppo.lam (VAPO uses alpha = 0.05). 0 = off."""
+    value_lr: float = 0.0
+    """Learning rate of the value head in its own optimizer parameter group (0 = ppo.lr, one group for all).
+    The head is a freshly initialised linear layer on a pretrained trunk: it can take far larger steps than
+    the trunk, and with ppo.lr alone (1e-6 for a real model) it cannot follow the returns as the policy moves."""
+    value_warmup_steps: int = 0
+    """Steps at the start of the run that fit only the value head, on rollouts of the frozen starting policy
+    (VC-PPO's value pretraining): the policy and the KL controller do not move. Counted in addition to
+    train.steps; they take the first prompt batches and are logged as steps 1..N."""
     kl_coef: float = 0.02
     """Weight of the per-token KL penalty in the reward (initial value if adaptive)."""
     kl_estimator: str = "k1"
@@ -272,6 +289,13 @@ def validate(c: Config) -> None:
     _check(p.clip_eps > 0, f"ppo.clip_eps must be > 0, got {p.clip_eps}")
     _check(p.vf_clip_eps > 0, f"ppo.vf_clip_eps must be > 0, got {p.vf_clip_eps}")
     _check(0 <= p.lam <= 1, f"ppo.lam must be in [0, 1], got {p.lam}")
+    _check(
+        p.lam_value is None or 0 <= p.lam_value <= 1,
+        f"ppo.lam_value must be in [0, 1] (or null = ppo.lam), got {p.lam_value}",
+    )
+    _check(p.lam_policy_alpha >= 0, f"ppo.lam_policy_alpha must be >= 0 (0 = off), got {p.lam_policy_alpha}")
+    _check(p.value_lr >= 0, f"ppo.value_lr must be >= 0 (0 = ppo.lr), got {p.value_lr}")
+    _check(p.value_warmup_steps >= 0, f"ppo.value_warmup_steps must be >= 0, got {p.value_warmup_steps}")
     _check(0 < p.gamma <= 1, f"ppo.gamma must be in (0, 1], got {p.gamma}")
     _check(p.lr > 0, f"ppo.lr must be > 0, got {p.lr}")
     _check(p.kl_coef >= 0, f"ppo.kl_coef must be >= 0, got {p.kl_coef}")
@@ -295,7 +319,10 @@ def validate(c: Config) -> None:
         f"model.dtype must be float32, bfloat16 or float16, got {c.model.dtype!r}",
     )
     _check(c.model.device in ("auto", "cpu", "cuda"), f"model.device must be auto, cpu or cuda, got {c.model.device!r}")
-    _check(c.data.task in ("synthetic", "gsm8k"), f"data.task must be synthetic or gsm8k, got {c.data.task!r}")
+    _check(
+        c.data.task in ("synthetic", "long_synthetic", "gsm8k"),
+        f"data.task must be synthetic, long_synthetic or gsm8k, got {c.data.task!r}",
+    )
     _check(
         c.data.prompt_style in ("plain", "chat"),
         f"data.prompt_style must be plain or chat, got {c.data.prompt_style!r}",

@@ -109,7 +109,13 @@ def plot_dashboard(records: list[dict], path=None, keys=DASHBOARD_KEYS):
     for ax, key in zip(axes.flat, keys):
         pts = [(r["step"], r[key]) for r in records if key in r]
         ax.plot([s for s, _ in pts], [v for _, v in pts], marker=".", lw=1)
-        ax.set_title(key, fontsize=9)
+        title = key
+        if key.endswith("explained_variance"):  # the critic's health in one number: the mean of the last 10 steps
+            last = [v for r in records if key in r and not r.get("value/warmup") for v in [r[key]] if v == v][-10:]
+            title += f"\nlast 10 steps: {sum(last) / len(last):.2f}" if last else ""
+            if any(r.get("value/warmup") for r in records):
+                ax.axvspan(0.5, max(r["step"] for r in records if r.get("value/warmup")) + 0.5, color="0.9")
+        ax.set_title(title, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)

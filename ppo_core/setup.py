@@ -16,7 +16,16 @@ import torch
 from .config import Config, ConfigError
 from .model import ActorWithValueHead, make_reference
 
-__all__ = ["resolve_device", "load_task", "load_models", "build_optimizer", "fit_prompt_len", "model_context", "DTYPES"]
+__all__ = [
+    "resolve_device",
+    "load_task",
+    "load_models",
+    "build_optimizer",
+    "param_groups",
+    "fit_prompt_len",
+    "model_context",
+    "DTYPES",
+]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -38,6 +47,10 @@ def load_task(cfg: Config):
         from .synthetic import make_synthetic_task
 
         train, test = make_synthetic_task(seed=cfg.train.seed, n_train=d.n_train, n_test=d.n_test)
+    elif d.task == "long_synthetic":
+        from .long_synthetic import make_long_task
+
+        train, test = make_long_task(seed=cfg.train.seed, n_train=d.n_train, n_test=d.n_test)
     else:
         from .data import load_gsm8k
 
@@ -58,6 +71,12 @@ def _warm_started_tiny(cfg: Config) -> Path:
     from .warmstart import warm_start
 
     w = cfg.warmstart
+    if cfg.data.task == "long_synthetic":  # its own cached warm start, on the long solutions
+        from .long_synthetic import warm_start_long
+
+        return warm_start_long(Path(w.cache_dir).expanduser(), seed=cfg.train.seed, steps=w.steps,
+                               batch_size=w.batch_size, lr=w.lr, answer_noise=w.answer_noise, n_train=cfg.data.n_train,
+                               n_test=cfg.data.n_test, progress=cfg.train.progress)  # fmt: skip
     return warm_start(
         Path(w.cache_dir).expanduser(),
         seed=cfg.train.seed,
@@ -167,15 +186,29 @@ def _bitsandbytes_error(device_type: str) -> str | None:
     return None
 
 
+def param_groups(actor, ppo) -> list:
+    """The optimizer's parameter groups: one group at ``ppo.lr``, or, with ``ppo.value_lr > 0``, the trunk (and
+    LM head) at ``ppo.lr`` and the value head in a second group at ``ppo.value_lr``."""
+    params = [p for p in actor.parameters() if p.requires_grad]
+    if not ppo.value_lr:
+        return params
+    head = {id(p) for p in actor.value_head.parameters()}
+    return [
+        {"params": [p for p in params if id(p) not in head], "lr": ppo.lr},
+        {"params": [p for p in params if id(p) in head], "lr": ppo.value_lr},
+    ]
+
+
 def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
     """AdamW over the trunk and the value head, or bitsandbytes' AdamW8bit when ppo.optimizer=adamw8bit.
 
-    If bitsandbytes cannot run here, ``adamw8bit`` falls back to torch AdamW with a warning (the same
-    update, with more optimizer memory) rather than stopping the run.
+    With ``ppo.value_lr > 0`` the value head is a second parameter group at that learning rate
+    (``param_groups``). If bitsandbytes cannot run here, ``adamw8bit`` falls back to torch AdamW with a
+    warning (the same update, with more optimizer memory) rather than stopping the run.
     """
-    params = [p for p in actor.parameters() if p.requires_grad]
+    params = param_groups(actor, ppo)
     if ppo.optimizer == "adamw8bit":
-        why = _bitsandbytes_error(params[0].device.type)
+        why = _bitsandbytes_error(next(actor.parameters()).device.type)
         if why is None:
             import bitsandbytes as bnb
 

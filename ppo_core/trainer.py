@@ -4,7 +4,11 @@
     2. score        old logprobs + values (actor), reference logprobs          (rollout.score)
     3. reward       task score on the last token, -kl_coef * KL on every token (gae.token_rewards)
     4. advantages   GAE, then whiten over the whole batch                      (gae.compute_gae)
+       returns      the critic's targets, GAE with its own lambda              (ppo.lam_value)
     5. update       ppo_epochs passes over shuffled minibatches                (update.minibatch_update)
+
+The first ``ppo.value_warmup_steps`` steps run 1-4 and then fit only the value head
+(``update.value_update``): the policy and the KL controller stay where they started.
 
 The trainer is the only stateful piece: model, reference, optimizer, KL controller, step counter.
 It also keeps a run safe to stop at any moment:
@@ -48,14 +52,14 @@ from .checkpoint import (
     write_atomically,
 )
 from .config import Config, ConfigError
-from .gae import compute_gae, token_rewards
+from .gae import adaptive_lam, compute_gae, token_rewards
 from .kl import AdaptiveKLController, FixedKLController, kl_penalty
 from .masking import masked_mean, masked_var, masked_whiten
 from .metrics import MetricsLogger, last_logged_step, plot_dashboard, read_metrics
 from .model import ActorWithValueHead
 from .rollout import sample, score
 from .setup import build_optimizer, fit_prompt_len, load_models, load_task, resolve_device
-from .update import minibatch_update
+from .update import minibatch_update, value_update
 
 __all__ = ["PPOTrainer", "NonFiniteError", "latest_checkpoint", "nonfinite_parameters"]
 
@@ -156,10 +160,16 @@ class PPOTrainer:
 
         return [build_prompt(r["question"], self.tokenizer, self.cfg.data.prompt_style) for r in records]
 
+    @property
+    def total_steps(self) -> int:
+        """Value warm-up steps plus ``train.steps`` PPO steps."""
+        return self.cfg.ppo.value_warmup_steps + self.cfg.train.steps
+
     # ---- one PPO step -----------------------------------------------------------------------
     def step(self) -> dict:
         cfg, p = self.cfg, self.cfg.ppo
         n = self.step_count + 1
+        warmup = n <= p.value_warmup_steps  # fit the critic only: the policy does not move
         records = self.prompt_batch(n)
         t0 = time.perf_counter()
         # 1. rollout
@@ -177,12 +187,16 @@ class PPOTrainer:
         kl = kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator)  # (B, T)
         rewards = token_rewards(scores, kl, ro.mask, self.kl_ctl.value)
         # 4. advantages (raw), returns, then whitening over the whole batch
-        advantages, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam)
+        lam_policy = adaptive_lam(ro.mask, p.lam_policy_alpha) if p.lam_policy_alpha > 0 else p.lam
+        lam_value = p.lam if p.lam_value is None else p.lam_value
+        advantages, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, lam_policy)
+        if torch.is_tensor(lam_policy) or lam_value != lam_policy:  # the critic's targets use their own lambda
+            _, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, lam_value)
         if p.whiten_advantages:
             advantages = masked_whiten(advantages, ro.mask)
         # 5. update
         self.actor.train()
-        upd = self.update(ro, advantages, returns)
+        upd = self.value_warmup(ro, returns) if warmup else self.update(ro, advantages, returns)
         t3 = time.perf_counter()
         self.step_count = n
         kl_to_ref = (
@@ -192,7 +206,8 @@ class PPOTrainer:
             .item()
         )
         kl_coef = self.kl_ctl.value
-        self.kl_ctl.update(kl_to_ref, len(records))
+        if not warmup:
+            self.kl_ctl.update(kl_to_ref, len(records))
         eos = ((ro.response_ids == self.tokenizer.eos_token_id) & ro.mask).any(1)
         metrics = {
             "rollout/reward_mean": scores.mean().item(),
@@ -204,6 +219,8 @@ class PPOTrainer:
             "params/kl_to_ref": kl_to_ref,
             "params/kl_coef": kl_coef,
             "params/explained_variance": explained_variance(ro.values, returns, ro.mask),
+            **({"value/warmup": 1.0} if warmup else {}),
+            **({"rollout/lam_policy": lam_policy.mean().item()} if torch.is_tensor(lam_policy) else {}),
             **upd,
             "time/rollout": t1 - t0,
             "time/score": t2 - t1,
@@ -264,6 +281,32 @@ class PPOTrainer:
         out = {key: sum(s[key] for s in used) / len(used) for key in used[0]}
         out["params/skipped"] = float(len(skipped))  # a count, not a mean
         self.all_updates_skipped = not applied
+        return out
+
+    def value_warmup(self, ro, returns) -> dict:
+        """A warm-up step: ``ppo_epochs`` passes of value-head-only updates (``update.value_update``)."""
+        p = self.cfg.ppo
+        B = ro.input_ids.shape[0]
+        data = {
+            "input_ids": ro.input_ids,
+            "attention_mask": ro.attention_mask,
+            "mask": ro.mask,
+            "old_values": ro.values,
+            "returns": returns,
+        }
+        stats = []
+        for _ in range(p.ppo_epochs):
+            perm = torch.randperm(B, generator=self.shuffle_gen)
+            for idx in perm.split(p.minibatch_size):
+                mb = {key: v[idx.to(v.device)] for key, v in data.items()}
+                mb["keep"] = ro.keep
+                stats.append(value_update(self.actor, self.optimizer, mb, vf_clip_eps=p.vf_clip_eps,
+                                          max_grad_norm=p.max_grad_norm))  # fmt: skip
+        out = {key: sum(s[key] for s in stats) / len(stats) for key in stats[0]}
+        out["value/skipped"] = sum(s["value/skipped"] for s in stats)
+        self.all_updates_skipped = out["value/skipped"] == len(stats)
+        if self.all_updates_skipped:
+            self.skip_reasons.add("value loss or value-head gradient")
         return out
 
     def _sample(self, records, n: int):
@@ -425,9 +468,8 @@ class PPOTrainer:
         """
         from tqdm.auto import tqdm
 
-        cfg = self.cfg.train
         done = self.out / "summary.json"
-        if self.resumed_from is not None and self.step_count >= cfg.steps and done.is_file():
+        if self.resumed_from is not None and self.step_count >= self.total_steps and done.is_file():
             self.logger.close()
             return json.loads(done.read_text())  # resumed a finished run: nothing left to do
         summary = {}
@@ -461,16 +503,18 @@ class PPOTrainer:
         )
         import matplotlib.pyplot as plt
 
-        plt.close(plot_dashboard(read_metrics(self.out), self.out / "dashboard.png"))
+        records = read_metrics(self.out)
+        summary["last10/explained_variance"] = last_mean(records, "params/explained_variance")
+        plt.close(plot_dashboard(records, self.out / "dashboard.png"))
         self.logger.close()
         done.write_text(json.dumps(summary, indent=1))
         return summary
 
     def _loop(self, tqdm, stop) -> None:
         cfg = self.cfg.train
-        bar = tqdm(total=cfg.steps, initial=self.step_count, disable=not cfg.progress, desc="PPO")
+        bar = tqdm(total=self.total_steps, initial=self.step_count, disable=not cfg.progress, desc="PPO")
         try:
-            while self.step_count < cfg.steps and stop.signum is None:
+            while self.step_count < self.total_steps and stop.signum is None:
                 m = self.step()
                 bar.update(1)
                 bar.set_postfix(
@@ -478,7 +522,7 @@ class PPOTrainer:
                     correct=f"{m['rollout/correct_rate']:.2f}",
                     kl=f"{m['params/kl_to_ref']:.2f}",
                 )
-                if cfg.eval_every and self.step_count % cfg.eval_every == 0 and self.step_count < cfg.steps:
+                if cfg.eval_every and self.step_count % cfg.eval_every == 0 and self.step_count < self.total_steps:
                     self.logger.log(self.step_count, {"eval/sampled_accuracy": self.evaluate()})
                 if cfg.save_every and self.step_count % cfg.save_every == 0:
                     self.save_checkpoint(f"step_{self.step_count}")
@@ -498,6 +542,12 @@ class PPOTrainer:
             "step": self.step_count,
             "checkpoint": str(path) if path else None,
         }
+
+
+def last_mean(records: list[dict], key: str, n: int = 10) -> float:
+    """Mean of ``key`` over the last ``n`` PPO steps of a metrics log (value warm-up steps excluded)."""
+    vals = [r[key] for r in records if key in r and not r.get("value/warmup") and math.isfinite(r[key])]
+    return sum(vals[-n:]) / len(vals[-n:]) if vals else float("nan")
 
 
 def explained_variance(values, returns, mask) -> float:

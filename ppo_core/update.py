@@ -9,9 +9,9 @@ import torch
 
 from .logprobs import logprobs_from_logits
 from .losses import entropy_loss, policy_loss, value_loss
-from .model import position_ids_from_mask
+from .model import lm_logits, position_ids_from_mask
 
-__all__ = ["ppo_loss", "minibatch_update", "RatioCheckError"]
+__all__ = ["ppo_loss", "minibatch_update", "value_update", "RatioCheckError"]
 
 
 class RatioCheckError(RuntimeError):
@@ -101,3 +101,34 @@ def minibatch_update(
     totals["params/grad_norm"] = float(grad_norm)
     totals["params/skipped"] = 0.0 if finite else 1.0
     return totals
+
+
+def value_update(actor, optimizer, mb: dict, *, vf_clip_eps: float = 0.2, max_grad_norm: float = 1.0) -> dict:
+    """One optimizer step of the value head alone (the value warm-up): the policy cannot move.
+
+    The trunk runs without gradients, so only the value head gets a ``.grad``; AdamW (torch or
+    bitsandbytes) skips parameters without one, so the same optimizer leaves every policy weight as it
+    was. Loss: the clipped value loss of chapter 04 on the (B, T) ``mb`` tensors, as in ``ppo_loss``.
+    Returns ``loss/value``, ``value/clipfrac``, ``value/grad_norm`` and ``value/skipped``.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        pos = position_ids_from_mask(mb["attention_mask"])
+        _, hidden = lm_logits(actor.lm, mb["input_ids"], mb["attention_mask"], pos, keep=mb["keep"])  # (B, T, H)
+    head = actor.value_head
+    values = head(hidden.to(head.weight.dtype)).squeeze(-1)  # (B, T)
+    loss, stats = value_loss(values, mb["old_values"], mb["returns"], mb["mask"], vf_clip_eps)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(
+        list(head.parameters()), max_grad_norm if max_grad_norm > 0 else float("inf")
+    )
+    finite = bool(torch.isfinite(grad_norm)) and bool(torch.isfinite(loss))
+    if finite:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {
+        "loss/value": loss.item(),
+        "value/clipfrac": stats["clipfrac"],
+        "value/grad_norm": float(grad_norm),
+        "value/skipped": 0.0 if finite else 1.0,
+    }

@@ -1,0 +1,212 @@
+"""The critic's mechanisms: decoupled and length-adaptive GAE lambda, the value head's own learning rate,
+the value warm-up (policy untouched, resume-safe), and today's behaviour when they are set back."""
+
+import json
+
+import pytest
+import torch
+
+from ppo_core.config import ConfigError, load_config
+from ppo_core.gae import adaptive_lam, compute_gae
+from ppo_core.metrics import read_metrics
+from ppo_core.setup import build_optimizer, param_groups
+from ppo_core.trainer import PPOTrainer, last_mean
+
+
+def _batch(seed=0, B=5, T=7):
+    g = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(B, T, generator=g)
+    values = torch.randn(B, T, generator=g)
+    lengths = torch.tensor([7, 1, 4, 6, 3])[:B]
+    mask = torch.arange(T)[None] < lengths[:, None]
+    return rewards, values, mask
+
+
+def test_per_sequence_lambda_equals_running_each_row_with_its_own_float():
+    rewards, values, mask = _batch()
+    lam = torch.tensor([0.0, 0.5, 0.9, 0.95, 1.0])
+    for shape in ((5,), (5, 1)):
+        adv, ret = compute_gae(rewards, values, mask, 0.99, lam.reshape(shape))
+        for b in range(5):
+            a_b, r_b = compute_gae(rewards[b : b + 1], values[b : b + 1], mask[b : b + 1], 0.99, float(lam[b]))
+            torch.testing.assert_close(adv[b : b + 1], a_b)
+            torch.testing.assert_close(ret[b : b + 1], r_b)
+
+
+def test_float_lambda_path_is_unchanged():
+    """A float lambda runs the original recursion: compare with a plain re-implementation, bit for bit."""
+    rewards, values, mask = _batch(1)
+    adv, ret = compute_gae(rewards, values, mask, 1.0, 0.95)
+    B, T = rewards.shape
+    want = torch.zeros(B, T)
+    for b in range(B):
+        idx = torch.nonzero(mask[b]).squeeze(-1).tolist()
+        nxt_v, nxt_a = 0.0, 0.0
+        for t in reversed(idx):
+            delta = rewards[b, t] + 1.0 * nxt_v - values[b, t]
+            want[b, t] = delta + 1.0 * 0.95 * nxt_a
+            nxt_v, nxt_a = values[b, t], want[b, t]
+    assert torch.equal(adv, want)
+    assert torch.equal(ret, torch.where(mask, want + values, torch.zeros(())))
+
+
+def test_lambda_one_targets_are_monte_carlo_returns_whatever_the_values():
+    rewards, values, mask = _batch(2)
+    _, ret = compute_gae(rewards, values, mask, 1.0, 1.0)
+    _, ret_zero_critic = compute_gae(rewards, torch.zeros_like(values), mask, 1.0, 1.0)
+    r = torch.where(mask, rewards, torch.zeros(()))
+    mc = r.flip(1).cumsum(1).flip(1) * mask  # sum of the rewards still to come
+    torch.testing.assert_close(ret, mc)
+    torch.testing.assert_close(ret_zero_critic, mc)
+
+
+def test_adaptive_lambda_formula():
+    mask = torch.arange(400)[None] < torch.tensor([400, 100, 20, 10, 1])[:, None]
+    lam = adaptive_lam(mask, 0.05)
+    torch.testing.assert_close(lam, torch.tensor([1 - 1 / 20, 1 - 1 / 5, 0.0, 0.0, 0.0]))  # 1 - 1/(alpha l), >= 0
+    assert adaptive_lam(mask, 1.0)[0].item() == pytest.approx(1 - 1 / 400)
+    with pytest.raises(ValueError, match="alpha"):
+        adaptive_lam(mask, 0.0)
+
+
+def test_first_token_credit_of_a_zero_critic_is_lambda_to_the_t_minus_1():
+    """The decay chapter 03 states: with V = 0 and only a final score, A_0 = lam^(T-1) * score."""
+    T = 100
+    rewards = torch.zeros(1, T)
+    rewards[0, -1] = 1.0
+    mask = torch.ones(1, T, dtype=torch.bool)
+    adv, _ = compute_gae(rewards, torch.zeros(1, T), mask, 1.0, 0.95)
+    assert adv[0, 0].item() == pytest.approx(0.95 ** (T - 1), rel=1e-5)
+    adv, _ = compute_gae(rewards, torch.zeros(1, T), mask, 1.0, adaptive_lam(mask, 0.05))
+    assert adv[0, 0].item() == pytest.approx(0.8 ** (T - 1), rel=1e-4)
+
+
+def _cfg(tiny_model_path, tmp_path, steps=1, *extra):
+    from ppo_test_support import _tiny_overrides
+
+    return load_config("cpu", _tiny_overrides(tiny_model_path, tmp_path / "run", steps, "train.tensorboard=false",
+                                              *extra))  # fmt: skip
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "adamw8bit"])
+def test_value_head_gets_its_own_parameter_group_and_learning_rate(tiny_model_path, tmp_path, optimizer):
+    cfg = _cfg(tiny_model_path, tmp_path, 1, "ppo.lr=1e-4", "ppo.value_lr=3e-3", f"ppo.optimizer={optimizer}")
+    tr = PPOTrainer(cfg)
+    groups = tr.optimizer.param_groups
+    assert [g["lr"] for g in groups] == [1e-4, 3e-3]
+    head = {id(p) for p in tr.actor.value_head.parameters()}
+    assert {id(p) for p in groups[1]["params"]} == head
+    assert not head & {id(p) for p in groups[0]["params"]}
+    n_all = sum(1 for p in tr.actor.parameters() if p.requires_grad)
+    assert len(groups[0]["params"]) + len(groups[1]["params"]) == n_all
+    cfg.ppo.value_lr = 0.0  # set back: one group, at ppo.lr, as before
+    assert [g["lr"] for g in build_optimizer(tr.actor, cfg.ppo).param_groups] == [1e-4]
+    assert isinstance(param_groups(tr.actor, cfg.ppo), list) and torch.is_tensor(param_groups(tr.actor, cfg.ppo)[0])
+
+
+def test_value_warmup_fits_the_critic_and_leaves_the_policy_untouched(tiny_model_path, tmp_path):
+    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path, 1, "ppo.value_warmup_steps=2", "ppo.adaptive_kl=true"))
+    tr.reward_fn = lambda completion, answer: float(len(completion) % 2)  # an untrained model scores 0: give it signal
+    lm_before = {k: v.clone() for k, v in tr.actor.lm.state_dict().items()}
+    head_before = tr.actor.value_head.weight.detach().clone()
+    kl_before = tr.kl_ctl.value
+    for n in (1, 2):
+        m = tr.step()
+        assert m["value/warmup"] == 1.0 and "loss/policy" not in m and m["loss/value"] > 0
+        assert all(torch.equal(v, lm_before[k]) for k, v in tr.actor.lm.state_dict().items()), f"step {n}"
+        assert tr.kl_ctl.value == kl_before
+    assert not torch.equal(tr.actor.value_head.weight, head_before)  # the critic moved
+    m = tr.step()  # then PPO proper: the policy moves
+    assert "value/warmup" not in m and "loss/policy" in m
+    assert any(not torch.equal(v, lm_before[k]) for k, v in tr.actor.lm.state_dict().items())
+
+
+def test_value_warmup_steps_come_on_top_of_train_steps_and_resume_exactly(tiny_model_path, tmp_path):
+    """2 warm-up + 2 PPO steps; stopped after step 1 (inside the warm-up) and resumed, the metrics repeat."""
+    extra = ("ppo.value_warmup_steps=2", "train.save_every=1", "train.keep_last=5")
+    full = PPOTrainer(_cfg(tiny_model_path, tmp_path / "a", 2, *extra))
+    full.train()
+    steps = [r for r in read_metrics(full.out) if "rollout/reward_mean" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    assert [bool(r.get("value/warmup")) for r in steps] == [True, True, False, False]
+    stopped = PPOTrainer(_cfg(tiny_model_path, tmp_path / "b", 2, *extra))
+    stopped.step()  # one warm-up step, then "killed"
+    stopped.save_checkpoint("step_1")
+    stopped.logger.close()
+    again = PPOTrainer(_cfg(tiny_model_path, tmp_path / "b", 2, *extra, f"train.resume={stopped.out / 'step_1'}"))
+    again.train()
+    got = [r for r in read_metrics(again.out) if "rollout/reward_mean" in r]
+    drop = ("time/",)
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith(drop)} for r in rs]  # noqa: E731
+    assert strip(got) == strip(steps)
+
+
+def test_decoupled_lambda_trains_the_critic_on_compute_gae_with_lam_value(tiny_model_path, tmp_path, monkeypatch):
+    tr = PPOTrainer(
+        _cfg(tiny_model_path, tmp_path, 1, "ppo.lam=0.9", "ppo.lam_value=1.0", "ppo.whiten_advantages=false")
+    )
+    seen = {}
+    real_update = tr.update
+
+    def spy(ro, advantages, returns):
+        seen.update(ro=ro, advantages=advantages, returns=returns)
+        return real_update(ro, advantages, returns)
+
+    tr.update = spy
+    import ppo_core.trainer as trainer_mod
+
+    captured = {}
+    real_gae = trainer_mod.compute_gae
+
+    def gae_spy(rewards, values, mask, gamma, lam):
+        captured.setdefault("rewards", rewards)
+        return real_gae(rewards, values, mask, gamma, lam)
+
+    monkeypatch.setattr(trainer_mod, "compute_gae", gae_spy)
+    tr.step()
+    ro, rewards = seen["ro"], captured["rewards"]
+    want_adv, _ = real_gae(rewards, ro.values, ro.mask, 1.0, 0.9)
+    _, want_ret = real_gae(rewards, ro.values, ro.mask, 1.0, 1.0)
+    assert torch.equal(seen["advantages"], want_adv)
+    assert torch.equal(seen["returns"], want_ret)
+
+
+def test_old_settings_reproduce_the_old_run(tiny_model_path, tmp_path):
+    """lam_value = ppo.lam (a float equal to it) and value_lr = 0 take the old code path: identical metrics."""
+    runs = []
+    for i, extra in enumerate([(), ("ppo.lam_value=0.95", "ppo.value_lr=0", "ppo.value_warmup_steps=0")]):
+        tr = PPOTrainer(_cfg(tiny_model_path, tmp_path / str(i), 2, *extra))
+        tr.reward_fn = lambda completion, answer: float(len(completion) % 2)
+        runs.append([{k: v for k, v in tr.step().items() if not k.startswith("time/")} for _ in range(2)])
+    assert runs[0][1]["loss/value"] > 0
+    assert json.dumps(runs[0]) == json.dumps(runs[1])  # bit for bit (json: NaN equals NaN)
+    assert "value/warmup" not in runs[0][0] and "rollout/lam_policy" not in runs[0][0]
+
+
+def test_last_mean_skips_warmup_and_nan():
+    recs = [{"step": 1, "x": 5.0, "value/warmup": 1.0}] + [{"step": s, "x": float(s)} for s in range(2, 14)]
+    recs.append({"step": 14, "x": float("nan")})
+    assert last_mean(recs, "x") == pytest.approx(sum(range(4, 14)) / 10)
+    assert last_mean(recs, "missing") != last_mean(recs, "missing")  # nan
+
+
+def test_bad_critic_settings_are_one_line_errors():
+    for item, fix in [("ppo.lam_value=1.5", "lam_value"), ("ppo.value_lr=-1", "value_lr"),
+                      ("ppo.value_warmup_steps=-2", "value_warmup_steps"),
+                      ("ppo.lam_policy_alpha=-0.1", "lam_policy_alpha")]:  # fmt: skip
+        with pytest.raises(ConfigError, match=fix):
+            load_config("cpu", [item])
+
+
+def test_summary_reports_last_ten_step_explained_variance(tiny_model_path, tmp_path, capsys):
+    from ppo_test_support import _tiny_overrides
+
+    from ppo_core.train import main
+
+    out = tmp_path / "run"
+    assert main(_tiny_overrides(tiny_model_path, out, 2, "train.tensorboard=false")) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    evs = [r["params/explained_variance"] for r in read_metrics(out) if "params/explained_variance" in r]
+    evs = [v for v in evs if v == v]  # an all-zero-reward step has no variance to explain (NaN): skipped
+    assert evs and summary["last10/explained_variance"] == pytest.approx(sum(evs) / len(evs))
+    assert "explained variance, mean of the last 10 steps" in capsys.readouterr().out
