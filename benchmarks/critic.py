@@ -23,6 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
+from ppo_core.rollout import sample
+
 TODAY = {"ppo.value_lr": "0", "ppo.value_warmup_steps": "0", "ppo.lam_value": "null", "ppo.lam_policy_alpha": "0"}
 """The settings before this benchmark: one learning rate, no warm-up, one lambda (0.95) for both."""
 
@@ -74,6 +78,67 @@ def run(config: str, seed: int, steps: int, extra: list[str], workdir: Path) -> 
     }
 
 
+@torch.no_grad()
+def oracle_values(trainer, ro, records: list[dict], k: int = 16) -> torch.Tensor:
+    """A Monte-Carlo estimate of the best any critic can do: V*(s_t) = E[score | prompt, response[:t]].
+
+    For every response prefix of the rollout ``ro`` (the state before response token t), sample ``k``
+    continuations from the current policy at the rollout temperature (at most T - t tokens) and average
+    their task scores. (B, T), 0 off the mask. The KL part of the return is left out (it is ~kl_coef x KL).
+    """
+    B, T = ro.mask.shape
+    prompts, lengths = trainer.prompts(records), ro.mask.sum(1).tolist()
+    v = torch.zeros(B, T)
+    for t in range(T):
+        rows = [b for b in range(B) if lengths[b] > t]
+        prefixes = [trainer.tokenizer.decode(ro.response_ids[b, :t], skip_special_tokens=True) for b in rows]
+        texts = [prompts[b] + pre for b, pre in zip(rows, prefixes) for _ in range(k)]
+        out = sample(trainer.actor.lm, trainer.tokenizer, texts, T - t, trainer.cfg.rollout.temperature, 10**4)
+        scores = torch.tensor([trainer.reward_fn(pre + c, records[b]["answer"])
+                               for (b, pre), c in zip([(b, pre) for b, pre in zip(rows, prefixes) for _ in range(k)],
+                                                      out.completions)])  # fmt: skip
+        v[rows, t] = scores.view(len(rows), k).mean(1)
+    return v
+
+
+def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int) -> None:
+    """Train one run in-process, then compare its critic with the Monte-Carlo best critic on a fresh rollout."""
+    from ppo_core.config import load_config
+    from ppo_core.gae import compute_gae, token_rewards
+    from ppo_core.kl import kl_penalty
+    from ppo_core.rollout import score
+    from ppo_core.trainer import PPOTrainer, explained_variance
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = [f"train.seed={seed}", f"train.steps={steps}", f"train.output_dir={tmp}/run", "train.progress=false"]
+        cfg = load_config("cpu", [*run, "train.tensorboard=false", *overrides_of(config), *extra])
+        tr = PPOTrainer(cfg)
+        summary = tr.train()
+    records = tr.test_records[:n]  # held-out questions: a rollout the critic was not trained on
+    torch.manual_seed(seed + 1)
+    tr.actor.eval()
+    ro = tr._sample(records, 0)
+    p = cfg.ppo
+    score(tr.actor, tr.ref, ro, cfg.rollout.temperature, p.minibatch_size)
+    scores = torch.tensor([tr.reward_fn(c, r["answer"]) for c, r in zip(ro.completions, records)])
+    rewards = token_rewards(scores, kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator), ro.mask, tr.kl_ctl.value)
+    t0 = time.perf_counter()
+    v_star = oracle_values(tr, ro, records, k)
+    lam = p.lam if p.lam_value is None else p.lam_value
+    print(f"oracle ({config}, seed {seed}, {steps} steps, held-out sampled accuracy "
+          f"{summary['after/sampled_accuracy']:.3f}; {n} held-out rollouts, k={k} continuations per prefix, "
+          f"{time.perf_counter() - t0:.0f} s):")  # fmt: skip
+    for name, lam_t in (("lambda = 1 (Monte-Carlo returns)", 1.0), (f"lambda = {lam} (this run's targets)", lam)):
+        for who, v in (("the trained critic", ro.values.float()), ("best possible critic (MC estimate)", v_star)):
+            _, ret = compute_gae(rewards, v, ro.mask, p.gamma, lam_t)
+            print(f"  targets {name:36s} {who:36s} explained variance {explained_variance(v, ret, ro.mask):+.2f}")
+    i = int(scores.argmin())
+    print("  a response, its tokens with V (critic) and V* (best):")
+    for t in range(int(ro.mask[i].sum())):
+        tok = tr.tokenizer.decode(ro.response_ids[i, t : t + 1])
+        print(f"    {tok!r:8} V={ro.values[i, t]:+.2f}  V*={v_star[i, t]:+.2f}")
+
+
 def row(r: dict) -> str:
     gain = 100 * (r["after"] - r["before"])
     acc = f"{r['before']:.3f} -> {r['after']:.3f} ({gain:+.1f})"
@@ -88,8 +153,14 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS),
                     help=f"names ({', '.join(CONFIGS)}) or 'key=value,key=value' specs")  # fmt: skip
     ap.add_argument("--json", help="also write every run's numbers (and explained-variance curve) to this file")
+    ap.add_argument("--oracle", metavar="CONFIG", help="instead: train CONFIG on the first seed, then compare its "
+                    "critic's explained variance with the best possible critic's (Monte-Carlo estimate)")  # fmt: skip
+    ap.add_argument("--oracle-k", type=int, default=16, help="continuations per prefix for --oracle")
+    ap.add_argument("--oracle-n", type=int, default=64, help="held-out rollouts for --oracle")
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = ap.parse_args()
+    if args.oracle:
+        return oracle(args.oracle, args.seeds[0], args.steps, args.overrides, args.oracle_k, args.oracle_n)
     for c in args.configs:
         overrides_of(c)  # a bad name fails now, not after an hour of runs
     from ppo_core.config import load_config
