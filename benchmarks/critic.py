@@ -1,6 +1,8 @@
 """Is the critic learning? Measure the value-model mechanisms on the default CPU run, seed by seed.
 
-    .venv/bin/python benchmarks/critic.py [--seeds 0 1 2] [--steps 40] [--configs today value_lr ...] [key=value ...]
+    .venv/bin/python benchmarks/critic.py [--seeds 0 1 2] [--steps 40] [--configs today value_lr ...] [-o key=value]
+    .venv/bin/python benchmarks/critic.py --long [--steps 30] [--configs today vc-ppo ...]
+    .venv/bin/python benchmarks/critic.py --oracle today [--steps 40]
 
 Each (config, seed) is the README's training command (``python -m ppo_core.train``, the cpu preset) in a
 fresh process, with the config's overrides on top (the warm start is cached beforehand, so the wall time
@@ -139,6 +141,81 @@ def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int)
         print(f"    {tok!r:8} V={ro.values[i, t]:+.2f}  V*={v_star[i, t]:+.2f}")
 
 
+LONG = ["data.task=long_synthetic", "rollout.max_new_tokens=128", "rollout.batch_size=64", "ppo.minibatch_size=32",
+        "train.eval_samples=128"]  # fmt: skip
+"""The long-answer task's run: ~108-token solutions, half the default batch (generation dominates the time)."""
+
+LONG_CONFIGS = {
+    "today": {},
+    "vc-ppo": {"ppo.lam_value": "1.0", "ppo.value_warmup_steps": "10", "ppo.value_lr": "1e-3"},
+    "lam1": {"ppo.lam": "1.0"},
+}
+"""Long task: today's settings; VC-PPO's recipe (value warm-up on Monte-Carlo targets, policy lambda 0.95, with the
+head's own learning rate); and Monte-Carlo advantages (policy lambda 1, no critic needed for credit)."""
+
+
+def first_token_credit(tr, n_batches: int = 1) -> dict:
+    """How much of the final score reaches the first response token: the regression slope of the (unwhitened) GAE
+    advantage at token 0 on the task score, over fresh rollouts of the trainer's current policy and critic.
+
+    With V = 0, no KL and lambda fixed it is exactly lambda^(T-1); 1 means the score reaches token 0 in full.
+    """
+    from ppo_core.gae import adaptive_lam, compute_gae, token_rewards
+    from ppo_core.kl import kl_penalty
+    from ppo_core.rollout import score
+
+    p, a0, sc, right = tr.cfg.ppo, [], [], []
+    for i in range(n_batches):
+        records = tr.prompt_batch(10_000 + i)
+        tr.actor.eval()
+        ro = tr._sample(records, 0)
+        score(tr.actor, tr.ref, ro, tr.cfg.rollout.temperature, p.minibatch_size)
+        s = torch.tensor([tr.reward_fn(c, r["answer"]) for c, r in zip(ro.completions, records)])
+        rewards = token_rewards(s, kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator), ro.mask, tr.kl_ctl.value)
+        lam = adaptive_lam(ro.mask, p.lam_policy_alpha) if p.lam_policy_alpha > 0 else p.lam
+        adv, _ = compute_gae(rewards, ro.values, ro.mask, p.gamma, lam)
+        a0.append(adv[:, 0])
+        sc.append(s)
+        right += [c.split(" ")[0] == str(r["start"]) for c, r in zip(ro.completions, records)]
+        length = ro.mask.sum(1).float().mean().item()
+    a0, sc = torch.cat(a0), torch.cat(sc)
+    slope = (((a0 - a0.mean()) * (sc - sc.mean())).mean() / sc.var(unbiased=False)).item()
+    return {"credit": slope, "length": length, "right_start": sum(right) / len(right)}
+
+
+def long_runs(configs: list[str], seed: int, steps: int, extra: list[str]) -> None:
+    """The long task: first-token credit at the start of PPO (after any value warm-up) and after ``steps`` steps,
+    and held-out accuracy before/after, per config, in-process."""
+    from ppo_core.config import load_config
+    from ppo_core.trainer import PPOTrainer
+
+    print(f"long-answer task, seed {seed}, {steps} PPO steps per config ({' '.join(LONG)})")
+    print("| config | credit at token 0 (start) | credit (end) | right first token | sampled accuracy | wall s |")
+    print("|---|---|---|---|---|---|")
+    for name in configs:
+        spec = LONG_CONFIGS[name] if name in LONG_CONFIGS else dict(kv.split("=", 1) for kv in name.split(","))
+        over = [f"{k}={v}" for k, v in {**TODAY, **spec}.items()]
+        with tempfile.TemporaryDirectory() as tmp:
+            run = [f"train.seed={seed}", f"train.steps={steps}", f"train.output_dir={tmp}/run", "train.progress=false"]
+            cfg = load_config("cpu", [*run, *LONG, "train.tensorboard=false", "train.save_every=0", *over, *extra])
+            t0 = time.perf_counter()
+            tr = PPOTrainer(cfg)
+            before = tr.evaluate()
+            for _ in range(cfg.ppo.value_warmup_steps):
+                tr.step()
+            with torch.random.fork_rng(devices=[]):
+                start = first_token_credit(tr)
+            while tr.step_count < tr.total_steps:
+                tr.step()
+            after = tr.evaluate()
+            with torch.random.fork_rng(devices=[]):
+                end = first_token_credit(tr)
+            tr.logger.close()
+        print(f"| {name} | {start['credit']:.3g} (T = {start['length']:.0f}) | {end['credit']:.3g} | "
+              f"{start['right_start']:.2f} -> {end['right_start']:.2f} | {before:.3f} -> {after:.3f} | "
+              f"{time.perf_counter() - t0:.0f} |", flush=True)  # fmt: skip
+
+
 def row(r: dict) -> str:
     gain = 100 * (r["after"] - r["before"])
     acc = f"{r['before']:.3f} -> {r['after']:.3f} ({gain:+.1f})"
@@ -150,15 +227,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--configs", nargs="+", default=list(CONFIGS),
+    ap.add_argument("--configs", nargs="+",
                     help=f"names ({', '.join(CONFIGS)}) or 'key=value,key=value' specs")  # fmt: skip
     ap.add_argument("--json", help="also write every run's numbers (and explained-variance curve) to this file")
     ap.add_argument("--oracle", metavar="CONFIG", help="instead: train CONFIG on the first seed, then compare its "
                     "critic's explained variance with the best possible critic's (Monte-Carlo estimate)")  # fmt: skip
     ap.add_argument("--oracle-k", type=int, default=16, help="continuations per prefix for --oracle")
     ap.add_argument("--oracle-n", type=int, default=64, help="held-out rollouts for --oracle")
-    ap.add_argument("overrides", nargs="*", help="key=value overrides for every run")
+    ap.add_argument("--long", action="store_true", help="instead: the long-answer task on the first seed, configs "
+                    f"from --configs (default {' '.join(LONG_CONFIGS)}): first-token credit and accuracy")  # fmt: skip
+    ap.add_argument("-o", "--override", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="an override for every run (repeat it for several)")  # fmt: skip
     args = ap.parse_args()
+    if args.long:
+        return long_runs(args.configs or list(LONG_CONFIGS), args.seeds[0], args.steps, args.overrides)
+    args.configs = args.configs or list(CONFIGS)
     if args.oracle:
         return oracle(args.oracle, args.seeds[0], args.steps, args.overrides, args.oracle_k, args.oracle_n)
     for c in args.configs:
