@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ppo_core.rollout import sample
+from ppo_core.rollout import monte_carlo_values
 
 TODAY = {"ppo.value_lr": "0", "ppo.value_warmup_steps": "0", "ppo.lam_value": "null", "ppo.lam_policy_alpha": "0"}
 """The settings before this benchmark: one learning rate, no warm-up, one lambda (0.95) for both."""
@@ -80,29 +80,6 @@ def run(config: str, seed: int, steps: int, extra: list[str], workdir: Path) -> 
     }
 
 
-@torch.no_grad()
-def oracle_values(trainer, ro, records: list[dict], k: int = 16) -> torch.Tensor:
-    """A Monte-Carlo estimate of the best any critic can do: V*(s_t) = E[score | prompt, response[:t]].
-
-    For every response prefix of the rollout ``ro`` (the state before response token t), sample ``k``
-    continuations from the current policy at the rollout temperature (at most T - t tokens) and average
-    their task scores. (B, T), 0 off the mask. The KL part of the return is left out (it is ~kl_coef x KL).
-    """
-    B, T = ro.mask.shape
-    prompts, lengths = trainer.prompts(records), ro.mask.sum(1).tolist()
-    v = torch.zeros(B, T)
-    for t in range(T):
-        rows = [b for b in range(B) if lengths[b] > t]
-        prefixes = [trainer.tokenizer.decode(ro.response_ids[b, :t], skip_special_tokens=True) for b in rows]
-        texts = [prompts[b] + pre for b, pre in zip(rows, prefixes) for _ in range(k)]
-        out = sample(trainer.actor.lm, trainer.tokenizer, texts, T - t, trainer.cfg.rollout.temperature, 10**4)
-        scores = torch.tensor([trainer.reward_fn(pre + c, records[b]["answer"])
-                               for (b, pre), c in zip([(b, pre) for b, pre in zip(rows, prefixes) for _ in range(k)],
-                                                      out.completions)])  # fmt: skip
-        v[rows, t] = scores.view(len(rows), k).mean(1)
-    return v
-
-
 def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int) -> None:
     """Train one run in-process, then compare its critic with the Monte-Carlo best critic on a fresh rollout."""
     from ppo_core.config import load_config
@@ -125,7 +102,15 @@ def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int)
     scores = torch.tensor([tr.reward_fn(c, r["answer"]) for c, r in zip(ro.completions, records)])
     rewards = token_rewards(scores, kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator), ro.mask, tr.kl_ctl.value)
     t0 = time.perf_counter()
-    v_star = oracle_values(tr, ro, records, k)
+    v_star = monte_carlo_values(
+        tr.actor.lm,
+        tr.tokenizer,
+        tr.prompts(records),
+        ro,
+        lambda b, text: tr.reward_fn(text, records[b]["answer"]),
+        k,
+        cfg.rollout.temperature,
+    )
     lam = p.lam if p.lam_value is None else p.lam_value
     print(f"oracle ({config}, seed {seed}, {steps} steps, held-out sampled accuracy "
           f"{summary['after/sampled_accuracy']:.3f}; {n} held-out rollouts, k={k} continuations per prefix, "

@@ -210,3 +210,21 @@ def test_summary_reports_last_ten_step_explained_variance(tiny_model_path, tmp_p
     evs = [v for v in evs if v == v]  # an all-zero-reward step has no variance to explain (NaN): skipped
     assert evs and summary["last10/explained_variance"] == pytest.approx(sum(evs) / len(evs))
     assert "explained variance, mean of the last 10 steps" in capsys.readouterr().out
+
+
+def test_monte_carlo_values_know_what_the_prefix_decides(tiny_model_path, tmp_path):
+    """Score = 1 when the response's first token is that of row 0: once token 0 is written, V* is exactly 0 or 1."""
+    from ppo_core.rollout import monte_carlo_values, sample
+
+    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path, 1))
+    records = tr.test_records[:4]
+    torch.manual_seed(0)
+    ro = sample(tr.actor.lm, tr.tokenizer, tr.prompts(records), 6, 1.0)
+    first = ro.completions[0][:1]
+    v = monte_carlo_values(tr.actor.lm, tr.tokenizer, tr.prompts(records), ro, lambda b, text: text[:1] == first, k=4)
+    decided = torch.tensor([float(c[:1] == first) for c in ro.completions])
+    later = ro.mask.clone()
+    later[:, 0] = False
+    assert torch.equal(v[later], decided[:, None].expand_as(v)[later])
+    assert ((v[:, 0] >= 0) & (v[:, 0] <= 1)).all() and v[0, 1] == 1.0
+    assert (v[~ro.mask] == 0).all()
