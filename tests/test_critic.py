@@ -106,7 +106,7 @@ def test_value_head_gets_its_own_parameter_group_and_learning_rate(tiny_model_pa
 
 def test_value_warmup_fits_the_critic_and_leaves_the_policy_untouched(tiny_model_path, tmp_path):
     tr = PPOTrainer(_cfg(tiny_model_path, tmp_path, 1, "ppo.value_warmup_steps=2", "ppo.adaptive_kl=true"))
-    tr.reward_fn = lambda completion, answer: float(len(completion) % 2)  # an untrained model scores 0: give it signal
+    tr.reward_fn = lambda completion, answer: float(len(completion) % 3)  # an untrained model scores 0: give it signal
     lm_before = {k: v.clone() for k, v in tr.actor.lm.state_dict().items()}
     head_before = tr.actor.value_head.weight.detach().clone()
     kl_before = tr.kl_ctl.value
@@ -145,6 +145,7 @@ def test_decoupled_lambda_trains_the_critic_on_compute_gae_with_lam_value(tiny_m
     tr = PPOTrainer(
         _cfg(tiny_model_path, tmp_path, 1, "ppo.lam=0.9", "ppo.lam_value=1.0", "ppo.whiten_advantages=false")
     )
+    tr.reward_fn = lambda completion, answer: float(len(completion) % 3)  # an untrained model scores 0
     seen = {}
     real_update = tr.update
 
@@ -169,6 +170,7 @@ def test_decoupled_lambda_trains_the_critic_on_compute_gae_with_lam_value(tiny_m
     _, want_ret = real_gae(rewards, ro.values, ro.mask, 1.0, 1.0)
     assert torch.equal(seen["advantages"], want_adv)
     assert torch.equal(seen["returns"], want_ret)
+    assert not torch.equal(want_ret, real_gae(rewards, ro.values, ro.mask, 1.0, 0.9)[1])  # the two lambdas differ here
 
 
 def test_old_settings_reproduce_the_old_run(tiny_model_path, tmp_path):
@@ -176,7 +178,7 @@ def test_old_settings_reproduce_the_old_run(tiny_model_path, tmp_path):
     runs = []
     for i, extra in enumerate([(), ("ppo.lam_value=0.95", "ppo.value_lr=0", "ppo.value_warmup_steps=0")]):
         tr = PPOTrainer(_cfg(tiny_model_path, tmp_path / str(i), 2, *extra))
-        tr.reward_fn = lambda completion, answer: float(len(completion) % 2)
+        tr.reward_fn = lambda completion, answer: float(len(completion) % 3)
         runs.append([{k: v for k, v in tr.step().items() if not k.startswith("time/")} for _ in range(2)])
     assert runs[0][1]["loss/value"] > 0
     assert json.dumps(runs[0]) == json.dumps(runs[1])  # bit for bit (json: NaN equals NaN)
