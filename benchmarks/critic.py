@@ -82,10 +82,10 @@ def run(config: str, seed: int, steps: int, extra: list[str], workdir: Path) -> 
 
 def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int) -> None:
     """Train one run in-process, then compare its critic with the Monte-Carlo best critic on a fresh rollout."""
-    from ppo_core.config import load_config
     from ppo_core.gae import compute_gae, token_rewards
     from ppo_core.kl import kl_penalty
     from ppo_core.rollout import score
+    from ppo_core.run.config import load_config
     from ppo_core.trainer import PPOTrainer, explained_variance
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -171,7 +171,7 @@ def first_token_credit(tr, n_batches: int = 1) -> dict:
 def long_runs(configs: list[str], seed: int, steps: int, extra: list[str]) -> None:
     """The long task: first-token credit at the start of PPO (after any value warm-up) and after ``steps`` steps,
     and held-out accuracy before/after, per config, in-process."""
-    from ppo_core.config import load_config
+    from ppo_core.run.config import load_config
     from ppo_core.trainer import PPOTrainer
 
     print(f"long-answer task, seed {seed}, {steps} PPO steps per config ({' '.join(LONG)})")
@@ -231,8 +231,8 @@ def main() -> None:
         return oracle(args.oracle, args.seeds[0], args.steps, args.overrides, args.oracle_k, args.oracle_n)
     for c in args.configs:
         overrides_of(c)  # a bad name fails now, not after an hour of runs
-    from ppo_core.config import load_config
-    from ppo_core.setup import _warm_started_tiny
+    from ppo_core.run.config import load_config
+    from ppo_core.run.setup import _warm_started_tiny
 
     for seed in args.seeds:  # cache the warm starts first: the timed runs are the PPO runs alone
         _warm_started_tiny(load_config("cpu", [f"train.seed={seed}", "train.progress=false", *args.overrides]))

@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
-from ppo_core.config import ConfigError, load_config
 from ppo_core.gae import adaptive_lam, compute_gae
-from ppo_core.metrics import read_metrics
-from ppo_core.setup import build_optimizer, param_groups
+from ppo_core.run.config import ConfigError, load_config
+from ppo_core.run.metrics import read_metrics
+from ppo_core.run.setup import build_optimizer, param_groups
 from ppo_core.trainer import PPOTrainer, last_mean
 
 

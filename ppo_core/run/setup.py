@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
+from ..model import ActorWithValueHead, make_reference
 from .config import Config, ConfigError
-from .model import ActorWithValueHead, make_reference
 
 __all__ = [
     "resolve_device",
@@ -40,19 +40,19 @@ def resolve_device(device: str) -> torch.device:
 
 def load_task(cfg: Config):
     """(train records, test records, reward_fn, correct_fn); records are {'question', 'answer'} dicts."""
-    from .rewards import gsm8k_reward, is_correct
+    from ..tasks.rewards import gsm8k_reward, is_correct
 
     d = cfg.data
     if d.task == "synthetic":
-        from .synthetic import make_synthetic_task
+        from ..tasks.synthetic import make_synthetic_task
 
         train, test = make_synthetic_task(seed=cfg.train.seed, n_train=d.n_train, n_test=d.n_test)
     elif d.task == "long_synthetic":
-        from .long_synthetic import make_long_task
+        from ..tasks.long_synthetic import make_long_task
 
         train, test = make_long_task(seed=cfg.train.seed, n_train=d.n_train, n_test=d.n_test)
     else:
-        from .data import load_gsm8k
+        from ..tasks.data import load_gsm8k
 
         try:
             train = load_gsm8k(d.source, split="train")
@@ -68,11 +68,11 @@ def load_task(cfg: Config):
 
 
 def _warm_started_tiny(cfg: Config) -> Path:
-    from .warmstart import warm_start
+    from ..tasks.warmstart import warm_start
 
     w = cfg.warmstart
     if cfg.data.task == "long_synthetic":  # its own cached warm start, on the long solutions
-        from .long_synthetic import warm_start_long
+        from ..tasks.long_synthetic import warm_start_long
 
         return warm_start_long(Path(w.cache_dir).expanduser(), seed=cfg.train.seed, steps=w.steps,
                                batch_size=w.batch_size, lr=w.lr, answer_noise=w.answer_noise, n_train=cfg.data.n_train,
