@@ -19,6 +19,9 @@ points, <= 180 s on two cores.
 import argparse
 import json
 import os
+
+# Busy-waiting OpenMP threads collapse on a shared machine (see ppo_core/run/cli.py); set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import subprocess
 import sys
 import tempfile
