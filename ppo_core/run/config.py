@@ -110,18 +110,24 @@ class PPOConfig:
     """GAE lambda of the critic's targets R_t = A_t(lam_value) + V_t (null = ppo.lam, one lambda for both).
     1.0 gives Monte-Carlo targets, the sum of the rewards still to come: unbiased, and independent of the
     critic's own (at first meaningless) values; a lambda below 1 bootstraps from them. VC-PPO
-    (arXiv 2503.01491) decouples the two."""
+    (arXiv 2503.01491) decouples the two. The cpu and cuda presets set 1.0 (benchmarks/critic.py: with ppo.value_lr it
+    lifted the cpu run's last-10-step explained variance from -0.27/-0.16/-0.09 to -0.02/-0.02/+0.01 on seeds 0-2)."""
     lam_policy_alpha: float = 0.0
     """VAPO's length-adaptive policy lambda (arXiv 2504.05118): when > 0, each response of length l gets
-    lam = 1 - 1/(alpha * l) for its advantages instead of ppo.lam (VAPO uses alpha = 0.05). 0 = off."""
+    lam = 1 - 1/(alpha * l) for its advantages instead of ppo.lam (VAPO uses alpha = 0.05). 0 = off. The token-0
+    credit is then lam^(l-1) ~ exp(-1/alpha) whatever the length, so VAPO's 0.05 leaves the early tokens to the
+    critic; neither preset uses it (unmeasured here)."""
     value_lr: float = 0.0
     """Learning rate of the value head in its own optimizer parameter group (0 = ppo.lr, one group for all).
     The head is a freshly initialised linear layer on a pretrained trunk: it can take far larger steps than
-    the trunk, and with ppo.lr alone (1e-6 for a real model) it cannot follow the returns as the policy moves."""
+    the trunk, and with ppo.lr alone (1e-6 for a real model) it cannot follow the returns as the policy moves.
+    The presets set 10x ppo.lr, the best ratio measured on the cpu preset (benchmarks/critic.py)."""
     value_warmup_steps: int = 0
     """Steps at the start of the run that fit only the value head, on rollouts of the frozen starting policy
     (VC-PPO's value pretraining): the policy and the KL controller do not move. Counted in addition to
-    train.steps; they take the first prompt batches and are logged as steps 1..N."""
+    train.steps; they take the first prompt batches and are logged as steps 1..N (with value/warmup = 1).
+    Off in both presets: 5 warm-up steps did not raise the cpu run's explained variance, and 10 gave the long-answer
+    task's first token no credit (benchmarks/critic.py)."""
     kl_coef: float = 0.02
     """Weight of the per-token KL penalty in the reward (initial value if adaptive)."""
     kl_estimator: str = "k1"
