@@ -47,6 +47,7 @@ class Rollout:
     response_ids: torch.Tensor  # (B, T)
     mask: torch.Tensor  # (B, T) bool response mask
     completions: list = field(default_factory=list)  # decoded responses
+    scores: torch.Tensor | None = None  # (B,) task score of each response (the trainer fills it in)
     logprobs: torch.Tensor | None = None  # (B, T) old policy, at the sampling temperature
     values: torch.Tensor | None = None  # (B, T) old values
     ref_logprobs: torch.Tensor | None = None  # (B, T) frozen reference

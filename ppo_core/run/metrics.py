@@ -4,7 +4,9 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["MetricsLogger", "plot_dashboard", "read_metrics", "DASHBOARD_KEYS"]
+from ..masking import masked_var
+
+__all__ = ["MetricsLogger", "plot_dashboard", "read_metrics", "explained_variance", "DASHBOARD_KEYS"]
 
 DASHBOARD_KEYS = (
     "rollout/reward_mean",
@@ -119,3 +121,9 @@ def plot_dashboard(records: list[dict], path=None, keys=DASHBOARD_KEYS):
     if path is not None:
         fig.savefig(path, dpi=90)
     return fig
+
+
+def explained_variance(values, returns, mask) -> float:
+    """1 - Var[R - V] / Var[R] over response tokens: 1 = perfect critic, 0 = no better than a constant."""
+    var_r = masked_var(returns, mask).item()
+    return float("nan") if var_r == 0 else 1.0 - masked_var(returns - values, mask).item() / var_r

@@ -8,15 +8,28 @@ are repaired with a warning instead: a tokenizer without a pad token distinct fr
 
 import functools
 import os
+import random
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from ..kl import AdaptiveKLController, FixedKLController
 from ..model import ActorWithValueHead, make_reference
 from .config import Config, ConfigError
 
-__all__ = ["resolve_device", "load_task", "load_models", "build_optimizer", "fit_prompt_len", "model_context", "DTYPES"]
+__all__ = [
+    "resolve_device",
+    "load_task",
+    "load_models",
+    "build_optimizer",
+    "fit_prompt_len",
+    "model_context",
+    "DTYPES",
+    "seed_everything",
+    "build_kl_controller",
+]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -185,3 +198,31 @@ def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
             "whose two moment estimates take 2 (bf16) to 4 (fp32) times the memory of 8-bit ones"
         )
     return torch.optim.AdamW(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's global generators."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_kl_controller(ppo):
+    """The adaptive KL controller (``ppo.adaptive_kl``) or a fixed coefficient."""
+    if ppo.adaptive_kl:
+        return AdaptiveKLController(ppo.kl_coef, ppo.kl_target, ppo.kl_horizon)
+    return FixedKLController(ppo.kl_coef)
+
+
+def update_hparams(cfg) -> dict:
+    """The keyword arguments of ``update.minibatch_update`` that come from the config."""
+    p = cfg.ppo
+    return dict(
+        clip_eps=p.clip_eps,
+        vf_clip_eps=p.vf_clip_eps,
+        vf_coef=p.vf_coef,
+        ent_coef=p.ent_coef,
+        temperature=cfg.rollout.temperature,
+        grad_accum_steps=p.grad_accum_steps,
+        max_grad_norm=p.max_grad_norm,
+    )
