@@ -572,8 +572,8 @@ def qwen_report(args) -> None:
     )
     # generation: prefill + 1 token, then prefill + T tokens; the difference is T - 1 decode steps
     sample(lm, tok, prompts[:2], 2, 1.0)  # warm-up
-    ro1, t1 = _timed(lambda: sample(lm, tok, prompts, 1, 1.0, keep_cache=False), device)
-    roT, tT = _timed(lambda: sample(lm, tok, prompts, T, 1.0, keep_cache=False), device)
+    ro1, t1 = _timed(lambda: sample(lm, tok, prompts, 1, 1.0), device)
+    roT, tT = _timed(lambda: sample(lm, tok, prompts, T, 1.0), device)
     P, T_gen = roT.prompt_len, roT.response_ids.shape[1]
     decode_tps = B * (T_gen - 1) / max(tT - t1, 1e-9)
     head_dim = cfg.hidden_size // cfg.num_attention_heads

@@ -25,7 +25,7 @@ from .gae import compute_gae, token_rewards
 from .kl import kl_penalty
 from .masking import masked_mean, masked_whiten
 from .rollout import Rollout, sample, score
-from .run import guards, loop, resume
+from .run import fastpaths, guards, loop, resume
 from .run.checkpoint import recover_interrupted_saves
 from .run.config import Config
 from .run.evaluation import accuracy
@@ -80,6 +80,8 @@ class PPOTrainer:
         self.train_records, self.test_records, self.reward_fn, self.correct_fn = load_task(cfg)
         self.actor, self.ref, self.tokenizer, self.init_path = load_models(cfg, self.device)
         fit_prompt_len(cfg, self.actor.lm)
+        if cfg.train.fast_paths:  # same numbers up to float rounding, less work (run/fastpaths.py)
+            fastpaths.enable(self.actor)
         self.optimizer = build_optimizer(self.actor, cfg.ppo)
         self.kl_ctl = build_kl_controller(cfg.ppo)
         self.shuffle_gen = torch.Generator().manual_seed(cfg.train.seed)  # minibatch order; saved in checkpoints
@@ -121,6 +123,7 @@ class PPOTrainer:
         """Steps 1-2: sample a response per record, score it (old logprobs, values, reference logprobs, task score)."""
         cfg, n, t0 = self.cfg, self.step_count + 1, time.perf_counter()
         self.actor.eval()
+        cache = fastpaths.PromptCache() if cfg.train.fast_paths else None  # travels beside the rollout
         try:  # 1. sample
             ro = sample(
                 self.actor.lm,
@@ -130,7 +133,7 @@ class PPOTrainer:
                 cfg.rollout.temperature,
                 cfg.data.max_prompt_len,
                 cfg.rollout.generation_batch_size,
-                keep_cache=True,
+                prompt_cache=cache,
             )
         except RuntimeError as err:  # torch.multinomial on NaN/inf probabilities
             diagnosis = guards.sampling_failed(err, n, self.out)
@@ -138,7 +141,7 @@ class PPOTrainer:
                 raise
             raise diagnosis from None
         t1 = time.perf_counter()
-        score(self.actor, self.ref, ro, cfg.rollout.temperature, cfg.ppo.minibatch_size)  # 2. score
+        score(self.actor, self.ref, ro, cfg.rollout.temperature, cfg.ppo.minibatch_size, cache)  # 2. score
         ro.scores = torch.tensor(
             [self.reward_fn(c, r["answer"]) for c, r in zip(ro.completions, records)], device=self.device
         )

@@ -155,6 +155,9 @@ class TrainConfig:
     """Assert the ratio is 1 (within ratio_tol) on the first minibatch of the first epoch."""
     ratio_tol: float = 1e-4
     """Tolerance of that check."""
+    fast_paths: bool = True
+    """Speed paths with the same numbers up to float rounding (run/fastpaths.py): scoring reuses generate's
+    prompt cache, a large float32 training forward runs the prompt apart. false: only the plain forwards."""
     num_threads: int = 0
     """torch CPU threads (0 = torch's default)."""
     progress: bool = True
