@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 import torch
 from transformers import GenerationConfig
 
-from .logprobs import logprobs_from_logits
+from .logprobs import logprobs_from_logits, response_slice
 from .masking import response_mask
 from .model import lm_logits, position_ids_from_mask
 
-__all__ = ["Rollout", "tokenize_prompts", "sample", "score", "sampling_config"]
+__all__ = ["Rollout", "tokenize_prompts", "sample", "score", "sampling_config", "complete"]
 
 
 @dataclass
@@ -43,8 +43,7 @@ class Rollout:
     @property
     def keep(self) -> slice:
         """The positions whose outputs predict the response tokens: [P-1 : P+T-1]."""
-        T = self.response_ids.shape[1]
-        return slice(self.prompt_len - 1, self.prompt_len + T - 1)
+        return response_slice(self.prompt_len, self.response_ids.shape[1])
 
 
 def sampling_config(tokenizer, max_new_tokens: int, temperature: float | None) -> GenerationConfig:
@@ -133,6 +132,26 @@ def sample(
         mask=mask,
         completions=completions,
     )
+
+
+def complete(lm, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float | None,
+             max_prompt_len: int = 512, batch_size: int = 256, seed: int | None = None) -> list[str]:  # fmt: skip
+    """The decoded response to each prompt (``temperature=None``: greedy), ``batch_size`` prompts per ``sample``.
+
+    For evaluation: runs in eval mode (restored after), and with a ``seed`` inside a forked RNG, so it
+    is reproducible and leaves the global RNG where it was.
+    """
+    was_training, texts = lm.training, []
+    lm.eval()
+    with torch.random.fork_rng(devices=[], enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        for i in range(0, len(prompts), batch_size):
+            texts += sample(
+                lm, tokenizer, prompts[i : i + batch_size], max_new_tokens, temperature, max_prompt_len
+            ).completions
+    lm.train(was_training)
+    return texts
 
 
 @torch.inference_mode()

@@ -2,8 +2,8 @@
 
 Every run here uses the session's tiny untrained model (conftest.py) and a few seconds of CPU.
 Runs in a subprocess (``python -m ppo_core.train``) where the real exit code or a signal matters; the
-kill -9 test uses the ``PPO_CORE_SAVE_PAUSE=NAME:SECONDS`` hook of ``ppo_core.run.checkpoint``, which
-sleeps after a checkpoint is fully written to its temporary folder and before the rename that
+kill -9 test runs the same command through ``PAUSING_SAVE``, which patches the checkpoint writer to
+sleep after a checkpoint is fully written to its temporary folder and before the rename that
 publishes it - the worst moment for a kill.
 """
 
@@ -24,7 +24,7 @@ import torch
 from ppo_test_support import _tiny_overrides
 from safetensors.torch import load_file
 
-from ppo_core.run.checkpoint import SAVE_PAUSE_ENV, checkpoint_step, latest_checkpoint, recover_interrupted_saves
+from ppo_core.run.checkpoint import checkpoint_step, latest_checkpoint, recover_interrupted_saves
 from ppo_core.run.config import ConfigError, load_config
 from ppo_core.run.guards import NonFiniteError
 from ppo_core.run.metrics import read_metrics
@@ -104,12 +104,35 @@ def _kill_leftover_children():
             proc.wait()
 
 
-def _spawn(overrides, tmp_path, name, **env) -> tuple[subprocess.Popen, Path]:
-    """``python -m ppo_core.train`` in a subprocess; its stderr goes to a file (returned)."""
+PAUSING_SAVE = """
+import sys, time
+import ppo_core.run.checkpoint as checkpoint
+from ppo_core.train import main
+
+name, seconds = sys.argv[1], float(sys.argv[2])
+real_write = checkpoint.write_folder_atomically
+
+def pausing_write(final, write, replace=True):
+    def write_then_pause(tmp):
+        write(tmp)
+        if final.name == name:
+            time.sleep(seconds)  # fully written to its temporary folder, not yet published by the rename
+
+    return real_write(final, write_then_pause, replace)
+
+checkpoint.write_folder_atomically = pausing_write
+sys.exit(main(sys.argv[3:]))
+"""
+"""``python -c PAUSING_SAVE NAME SECONDS [train args]``: ``python -m ppo_core.train`` whose save of NAME pauses."""
+
+
+def _spawn(overrides, tmp_path, name, pause_save: tuple[str, float] | None = None) -> tuple[subprocess.Popen, Path]:
+    """``python -m ppo_core.train`` in a subprocess (pausing the save of ``pause_save=(NAME, SECONDS)``);
+    its stderr goes to a file (returned)."""
     err = tmp_path / f"{name}.stderr"
+    command = ["-c", PAUSING_SAVE, pause_save[0], str(pause_save[1])] if pause_save else ["-m", "ppo_core.train"]
     with err.open("w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "ppo_core.train", *overrides], stdout=subprocess.DEVNULL,
-                                stderr=stderr, env={**os.environ, **env})  # fmt: skip
+        proc = subprocess.Popen([sys.executable, *command, *overrides], stdout=subprocess.DEVNULL, stderr=stderr)
     _CHILDREN.append(proc)
     return proc, err
 
@@ -144,7 +167,7 @@ BAD_INPUTS = {
     "batch not divisible": (lambda tmp: ["ppo.minibatch_size=3"], ["rollout.batch_size (8) must be a multiple of ppo.minibatch_size (3)"]),
     "missing model folder": (lambda tmp: [f"model.name_or_path={tmp / 'no_model'}"], ["model.name_or_path=", "no such folder"]),
     "hub id while offline": (lambda tmp: ["model.name_or_path=someone/not-cached"],
-                             ["Hugging Face Hub is unreachable", "hf download", "model.name_or_path=DIR"]),
+                             ["from the Hugging Face Hub", "hf download", "model.name_or_path=DIR"]),
     "missing dataset file": (lambda tmp: ["data.task=gsm8k", f"data.source={tmp / 'none.jsonl'}"], ["data.source=", "not found"]),
     "empty dataset file": (lambda tmp: _gsm8k_file(tmp, []), ["no records"]),
     "record without answer": (lambda tmp: _gsm8k_file(tmp, [GOOD, json.dumps({"question": "2+2?"})]),
@@ -404,7 +427,7 @@ def test_sigint_and_sigterm_save_a_checkpoint_and_exit_cleanly(tiny_model_path, 
 
 def test_kill_9_during_a_save_then_resume_matches_the_uninterrupted_run(reference_run, tiny_model_path, tmp_path):
     out = tmp_path / "run"
-    proc, err = _spawn(_overrides(tiny_model_path, out), tmp_path, "killed", **{SAVE_PAUSE_ENV: "step_2:120"})
+    proc, err = _spawn(_overrides(tiny_model_path, out), tmp_path, "killed", pause_save=("step_2", 120))
     written = lambda: [*out.glob(".tmp-step_2-*/trainer_state.pt"), *out.glob("step_2/trainer_state.pt")]  # noqa: E731
     _wait_for(written, [proc])  # step_2 fully written (the pause hook holds it before the rename)
     time.sleep(0.2)

@@ -6,9 +6,9 @@ minibatches whose old logprobs and values come from a *slightly perturbed copy* 
 ratio is not 1 and some tokens clip), and runs the learner's function and the package's
 ``minibatch_update`` from identical copies of the actor and of an AdamW optimizer, twice in a row.
 It compares the returned stats, the gradient that reached ``optimizer.step()`` and the parameters
-after the steps. The same comparison runs on deliberately wrong versions of the update (the package
-algorithm with one mistake each: no temperature, the off-by-one slice, ...), so that a wrong
-learner function is diagnosed by name.
+after the steps. The same comparison runs on deliberately wrong versions of the update (the package's
+own ``minibatch_update`` with one mistake injected each: no temperature, the off-by-one slice, ...),
+so that a wrong learner function is diagnosed by name, and every fix to the update reaches them.
 """
 
 import contextlib
@@ -16,11 +16,12 @@ import copy
 
 import torch
 
-from ..logprobs import logprobs_from_logits
-from ..losses import entropy_loss, policy_loss, value_loss
+from .. import update
+from ..logprobs import logprobs_from_logits, response_slice
+from ..losses import entropy_loss, policy_loss
 from ..masking import masked_whiten
 from ..model import ActorWithValueHead, position_ids_from_mask
-from ..update import RatioCheckError, minibatch_update
+from ..update import RatioCheckError
 from ._common import CheckFailure, NotImplementedYet, call, checker, expect_close
 
 __all__ = ["check_minibatch_update"]
@@ -118,7 +119,7 @@ def _minibatch(actor, old_actor, tokenizer, g, prompt_lens, resp_lens, T: int, t
             response_ids[b, n:] = pad
     input_ids = torch.cat([prompts, response_ids], dim=1)  # (B, P + T)
     attention_mask = torch.cat([(prompts != pad).long(), mask.long()], dim=1)  # (B, P + T)
-    keep = slice(P - 1, P + T - 1)
+    keep = response_slice(P, T)
     pos = position_ids_from_mask(attention_mask)
     with torch.no_grad():
         logits, values = old_actor(input_ids, attention_mask, pos, keep=keep)  # (B, T, V), (B, T)
@@ -148,76 +149,92 @@ def _minibatch(actor, old_actor, tokenizer, g, prompt_lens, resp_lens, T: int, t
 # ----------------------------------------------------------------------------------------------
 
 
-def _variant_loss(actor, mb, bug, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature):
-    """The package's ``ppo_loss``, written out, with the mistake ``bug`` (None: no mistake)."""
-    ids, attn = mb["input_ids"], mb["attention_mask"]
-    pos = position_ids_from_mask(attn)
-    if bug == "arange_positions":
-        pos = torch.arange(ids.shape[1]).expand_as(ids)
-    keep = mb["keep"]
-    if bug == "slice_off_by_one":
-        keep = slice(keep.start + 1, keep.stop + 1)
-    logits, values = actor(ids, attn, pos, keep=keep)  # (B, T, V), (B, T)
-    t_logprobs = 1.0 if bug in ("no_temperature", "no_temperature_logprobs") else temperature
-    t_entropy = 1.0 if bug in ("no_temperature", "no_temperature_entropy") else temperature
-    logprobs = logprobs_from_logits(logits, mb["response_ids"], t_logprobs)  # (B, T)
-    if bug == "old_logprobs":
-        logprobs = mb["old_logprobs"]
-    if bug == "detached":
-        logprobs = logprobs.detach()
-    mask = mb["mask"]
-    pg, pg_stats = policy_loss(logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps)
-    vf_eps = clip_eps if bug == "vf_clip_is_clip_eps" else vf_clip_eps
-    vf, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_eps)
-    ent, ent_stats = entropy_loss(logits, mask, t_entropy)
-    w_vf = {"no_vf_coef": 1.0, "no_value_loss": 0.0}.get(bug, vf_coef)
-    w_ent = {"entropy_sign": -ent_coef, "no_ent_coef": 1.0}.get(bug, ent_coef)
-    loss = pg + w_vf * vf + w_ent * ent
-    stats = {
-        "loss/policy": pg.item(),
-        "loss/value": vf.item(),
-        "loss/entropy": ent.item(),
-        "loss/total": loss.item(),
-        "params/policy_clipfrac": pg_stats["clipfrac"],
-        "params/value_clipfrac": vf_stats["clipfrac"],
-        "params/approx_kl": pg_stats["approx_kl"],
-        "params/ratio_mean": pg_stats["ratio_mean"],
-        "params/entropy": ent_stats["entropy"],
-    }
-    return loss, stats
+class _Optimizer:
+    """Wraps the optimizer a mistaken update is given: ``keep_grads`` ignores ``zero_grad``; ``norm_at_step``
+    records the gradient norm as ``step`` sees it (after clipping)."""
+
+    def __init__(self, optimizer, keep_grads: bool = False):
+        self.optimizer, self.keep_grads, self.norm_at_step = optimizer, keep_grads, None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if not self.keep_grads:
+            self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self):
+        grads = [p.grad.norm() for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
+        self.norm_at_step = float(torch.linalg.vector_norm(torch.stack(grads)))
+        return self.optimizer.step()
+
+
+@contextlib.contextmanager
+def _replaced(**functions):
+    """Replace functions that ``update.ppo_loss`` calls (only while the package's own update runs)."""
+    saved = {name: getattr(update, name) for name in functions}
+    for name, fn in functions.items():
+        setattr(update, name, fn)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(update, name, fn)
+
+
+_REPLACED = {
+    "no_temperature_logprobs": dict(
+        logprobs_from_logits=lambda logits, tokens, t: logprobs_from_logits(logits, tokens)
+    ),
+    "no_temperature_entropy": dict(entropy_loss=lambda logits, mask, t: entropy_loss(logits, mask, 1.0)),
+    "arange_positions": dict(position_ids_from_mask=lambda attn: torch.arange(attn.shape[1]).expand_as(attn)),
+    "old_logprobs": dict(policy_loss=lambda lp, old, adv, mask, eps: policy_loss(old, old, adv, mask, eps)),
+    "detached": dict(policy_loss=lambda lp, old, adv, mask, eps: policy_loss(lp.detach(), old, adv, mask, eps)),
+}
+"""Mistakes inside the loss: one of the functions ``ppo_loss`` calls, replaced by the mistaken version."""
 
 
 def _variant(bug: str | None):
-    """``minibatch_update`` with one deliberate mistake; ``_variant(None)`` is the package algorithm."""
+    """The package's ``minibatch_update`` (the real one) run with one deliberate mistake injected: a different
+    coefficient, a loss function that wraps ``ppo_loss``, a replaced piece of ``ppo_loss``, or an optimizer
+    that ignores ``zero_grad``. ``_variant(None)`` is the package algorithm."""
 
-    def update(actor, optimizer, mb, *, clip_eps=0.2, vf_clip_eps=0.2, vf_coef=0.1, ent_coef=0.0,
-               temperature=1.0, grad_accum_steps=1, max_grad_norm=1.0, ratio_tol=None):  # fmt: skip
-        k = grad_accum_steps
-        params = [p for p in actor.parameters() if p.requires_grad]
-        if bug != "no_zero_grad":
-            optimizer.zero_grad(set_to_none=True)
-        totals: dict = {}
-        for idx in (torch.arange(mb["input_ids"].shape[0])[i::k] for i in range(k)):
-            if bug == "zero_grad_in_loop":
-                optimizer.zero_grad(set_to_none=True)
-            part = {key: (v[idx] if torch.is_tensor(v) else v) for key, v in mb.items()}
-            loss, stats = _variant_loss(actor, part, bug, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature)
-            (loss if bug == "no_accum_divide" else loss / k).backward()
-            for key, v in stats.items():
-                totals[key] = totals.get(key, 0.0) + (v if bug == "summed_stats" else v / k)
-        if bug == "no_clip":
-            grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
-        else:
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    def update_with_mistake(actor, optimizer, mb, **kw):
+        k = kw.get("grad_accum_steps", 1)
+        kw = {**kw, **_coefficients(bug, kw)}
+
+        def loss_fn(actor, part, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature):
+            if bug == "zero_grad_in_loop":  # only the last micro-batch's gradient reaches the step
+                for p in actor.parameters():
+                    p.grad = None
+            if bug == "slice_off_by_one":
+                part = {**part, "keep": slice(part["keep"].start + 1, part["keep"].stop + 1)}
+            if bug == "no_temperature":
+                temperature = 1.0
+            loss, stats = update.ppo_loss(actor, part, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature)
+            if bug == "no_accum_divide":
+                loss = loss * k
+            if bug == "summed_stats":
+                stats = {key: v * k for key, v in stats.items()}
+            return loss, stats
+
+        wrapped = _Optimizer(optimizer, keep_grads=bug == "no_zero_grad")
+        with _replaced(**_REPLACED.get(bug, {})):
+            stats = update.minibatch_update(actor, wrapped, mb, **kw, loss_fn=loss_fn)
         if bug == "norm_after_clip":
-            grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
-        optimizer.step()
-        if bug != "no_zero_grad":
-            optimizer.zero_grad(set_to_none=True)
-        totals["params/grad_norm"] = float(grad_norm)
-        return totals
+            stats["params/grad_norm"] = wrapped.norm_at_step
+        return stats
 
-    return update
+    return update_with_mistake
+
+
+def _coefficients(bug, kw: dict) -> dict:
+    """The keyword arguments a mistake changes."""
+    return {
+        "entropy_sign": dict(ent_coef=-kw["ent_coef"]),
+        "no_vf_coef": dict(vf_coef=1.0),
+        "no_ent_coef": dict(ent_coef=1.0),
+        "no_value_loss": dict(vf_coef=0.0),
+        "vf_clip_is_clip_eps": dict(vf_clip_eps=kw["clip_eps"]),
+        "no_clip": dict(max_grad_norm=0.0),  # 0 = no clipping
+    }.get(bug, {})
 
 
 # Typical mistakes, most specific first: {bug flag: what the learner did}.
@@ -416,7 +433,7 @@ def _outcome(i: int, bug) -> dict:
     """What the package's update (``bug`` None) or one of the mistakes does on case ``i`` (cached)."""
     actor, _, mbs, outcomes = _build_case(i)
     if bug not in outcomes:
-        fn = minibatch_update if bug is None else _variant(bug)
+        fn = update.minibatch_update if bug is None else _variant(bug)
         outcomes[bug] = _run(fn, actor, mbs, _CASES[i]["kw"], learner=False)
     return outcomes[bug]
 

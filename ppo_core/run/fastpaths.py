@@ -64,14 +64,14 @@ class PromptCache:
         self.chunks, self.lm = [], None
         if not usable:
             return None
-        P, T = ro.prompt_len, ro.response_ids.shape[1]
+        keep = ro.keep  # [P-1 : P+T-1]: the positions this forward runs on
         bounds = [start for start, _ in chunks[1:]] + [ro.input_ids.shape[0]]
         logprobs, values = [], []
         for (start, cache), end in zip(chunks, bounds):
-            cache.crop(-(cache.get_seq_length() - (P - 1)))  # keep positions 0..P-2: the prompt but its last token
-            ids = torch.cat([ro.input_ids[start:end, P - 1 : P], ro.response_ids[start:end, :-1]], dim=1)  # (b, T)
-            attn = ro.attention_mask[start:end, : P + T - 1]  # (b, P+T-1): cached positions and these T
-            pos = position_ids_from_mask(attn)[:, P - 1 :]  # (b, T)
+            cache.crop(-(cache.get_seq_length() - keep.start))  # keep positions 0..P-2: the prompt but its last token
+            ids = ro.input_ids[start:end, keep]  # (b, T): p_P-1, r0 .. r_T-2
+            attn = ro.attention_mask[start:end, : keep.stop]  # (b, P+T-1): cached positions and these T
+            pos = position_ids_from_mask(attn)[:, keep]  # (b, T)
             logits, v = actor(ids, attn, pos, past_key_values=cache)  # (b, T, V), (b, T)
             logprobs.append(logprobs_from_logits(logits, ro.response_ids[start:end], temperature))
             values.append(v.float())

@@ -8,9 +8,9 @@ import json
 import signal
 
 import matplotlib.pyplot as plt
-import numpy as np
 from tqdm.auto import tqdm
 
+from ..tasks.rewards import accuracy
 from . import guards
 from .checkpoint import StopOnSignal, checkpoint_step
 from .metrics import plot_dashboard, read_metrics
@@ -99,10 +99,9 @@ def record_step(trainer, records: list[dict], ro, metrics: dict) -> dict:
     """
     n, tok = trainer.step_count, trainer.tokenizer
     eos = ((ro.response_ids == tok.eos_token_id) & ro.mask).any(1)
-    correct = [trainer.correct_fn(c, r["answer"]) for c, r in zip(ro.completions, records)]
     metrics = {
         "rollout/reward_mean": ro.scores.mean().item(),
-        "rollout/correct_rate": float(np.mean(correct)),
+        "rollout/correct_rate": accuracy(ro.completions, records, trainer.correct_fn),
         "rollout/response_length": ro.mask.sum(1).float().mean().item(),
         "rollout/eos_rate": eos.float().mean().item(),
         **metrics,

@@ -1,10 +1,10 @@
 """Chapter 05 - what a run writes: a JSONL metrics log, TensorBoard events, samples and a dashboard."""
 
 import json
-import os
 from pathlib import Path
 
 from ..masking import masked_var
+from ..utils import write_text_atomically
 
 __all__ = ["MetricsLogger", "plot_dashboard", "read_metrics", "explained_variance", "DASHBOARD_KEYS"]
 
@@ -51,9 +51,7 @@ class MetricsLogger:
                     for line in path.read_text().splitlines()
                     if _step_of(line) is not None and _step_of(line) <= step
                 ]
-                tmp = path.with_name(path.name + ".tmp")
-                tmp.write_text("".join(line + "\n" for line in keep))
-                os.replace(tmp, path)
+                write_text_atomically(path, "".join(line + "\n" for line in keep))
 
     def log(self, step: int, metrics: dict) -> None:
         """Append one line and close the file: the line reaches the OS now, so even a kill -9 loses at most the next step."""

@@ -7,7 +7,6 @@ are repaired with a warning instead: a tokenizer without a pad token distinct fr
 """
 
 import functools
-import os
 import random
 import warnings
 from pathlib import Path
@@ -17,6 +16,7 @@ import torch
 
 from ..kl import AdaptiveKLController, FixedKLController
 from ..model import ActorWithValueHead, make_reference
+from ..utils import hub_offline, hub_unreachable
 from .config import Config, ConfigError
 
 __all__ = [
@@ -27,11 +27,18 @@ __all__ = [
     "fit_prompt_len",
     "model_context",
     "DTYPES",
+    "DEVICES",
+    "TASKS",
+    "OPTIMIZERS",
     "seed_everything",
     "build_kl_controller",
 ]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEVICES = ("auto", "cpu", "cuda")
+TASKS = ("synthetic", "gsm8k")
+OPTIMIZERS = ("adamw", "adamw8bit")
+"""The choices of model.device, data.task and ppo.optimizer (``config.validate`` checks against them)."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -105,16 +112,9 @@ def _hub_error(path: str, err: Exception) -> ConfigError:
         return ConfigError(
             f"model.name_or_path={path}: no such folder; pass a folder written by save_pretrained, or a hub id"
         )
-    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
-    why = (
-        "the Hugging Face Hub is unreachable (HF_HUB_OFFLINE=1)"
-        if offline
-        else "the Hugging Face Hub is unreachable or has no such model"
-    )
-    return ConfigError(
-        f"cannot load model {path!r}: {why} and it is not in the local cache; on a machine with network run "
-        f"`hf download {path} --local-dir DIR`, then pass model.name_or_path=DIR"
-    )
+    why = "HF_HUB_OFFLINE is set" if hub_offline() else "the hub is unreachable or has no such model"
+    fix = f"on a machine with network run `hf download {path} --local-dir DIR`, then pass model.name_or_path=DIR"
+    return ConfigError(hub_unreachable(path, f"{why}, and it is not in the local cache", fix))
 
 
 def load_models(cfg: Config, device: torch.device):

@@ -23,19 +23,19 @@ and a second call with the same settings returns that folder at once.
 
 import hashlib
 import json
-import os
 import random
 import re
 import resource
-import shutil
 import time
 from pathlib import Path
 
 import torch
-from transformers import GenerationConfig, get_cosine_schedule_with_warmup
+from transformers import get_cosine_schedule_with_warmup
 
+from ..rollout import complete
+from ..utils import write_folder_atomically
 from .data import build_prompt
-from .rewards import ANSWER_MARKER, is_correct
+from .rewards import ANSWER_MARKER, accuracy
 from .synthetic import SYNTHETIC_ALPHABET, make_synthetic_task
 from .tiny import build_char_tokenizer, build_tiny_model, count_parameters, model_size, save_tiny
 
@@ -106,35 +106,20 @@ def generate_completions(model, tokenizer, records: list[dict], temperature: flo
                          seed: int | None = None) -> list[str]:  # fmt: skip
     """The decoded completion of each record's prompt ``question + "\\n"`` (left-padded, stops at EOS).
 
-    Samples from softmax(logits / temperature) with no top-k / top-p (PPO's sampling distribution),
-    or decodes greedily with ``greedy=True``. ``seed`` makes sampling reproducible without touching
-    the global RNG.
+    Samples from softmax(logits / temperature) with no top-k / top-p (PPO's sampling distribution,
+    ``rollout.sample``), or decodes greedily with ``greedy=True``. ``seed`` makes sampling
+    reproducible without touching the global RNG.
     """
-    config = GenerationConfig(
-        max_new_tokens=max_new_tokens, do_sample=not greedy, temperature=None if greedy else temperature,
-        top_k=None if greedy else 0, top_p=None if greedy else 1.0, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
-    )  # fmt: skip
-    was_training, texts = model.training, []
-    model.eval()
-    with torch.random.fork_rng(devices=[], enabled=seed is not None):
-        if seed is not None:
-            torch.manual_seed(seed)
-        for start in range(0, len(records), batch_size):
-            chunk = records[start : start + batch_size]
-            prompts = [build_prompt(r["question"]) for r in chunk]
-            batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")  # (B, P)
-            out = model.generate(**batch, generation_config=config)  # (B, P + T), pad after EOS
-            texts += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-    model.train(was_training)
-    return texts
+    prompts = [build_prompt(r["question"]) for r in records]
+    temperature = None if greedy else temperature
+    return complete(model, tokenizer, prompts, max_new_tokens, temperature, 10**9, batch_size, seed)
 
 
 def evaluate_accuracy(model, tokenizer, records: list[dict], temperature: float = 1.0, greedy: bool = False,
                       max_new_tokens: int = 24, batch_size: int = 256, seed: int | None = None) -> float:  # fmt: skip
     """Share of ``records`` whose generated final answer (the number after the last ``####``) is right."""
     texts = generate_completions(model, tokenizer, records, temperature, greedy, max_new_tokens, batch_size, seed)
-    return sum(is_correct(t, r["answer"]) for t, r in zip(texts, records)) / max(len(records), 1)
+    return accuracy(texts, records)
 
 
 def _scores(texts: list[str], records: list[dict]) -> dict:
@@ -142,7 +127,7 @@ def _scores(texts: list[str], records: list[dict]) -> dict:
     n = max(len(records), 1)
     pairs = list(zip(texts, [r["answer"] for r in records]))
     return {
-        "accuracy": sum(is_correct(text, gold) for text, gold in pairs) / n,
+        "accuracy": accuracy(texts, records),
         "working_line_accuracy": sum(text.split("\n")[0] == gold.split("\n")[0] for text, gold in pairs) / n,
     }
 
@@ -200,17 +185,12 @@ def _evaluate(model, tokenizer, records: list[dict], seed: int) -> dict:
 
 def _save_atomically(model, tokenizer, report: dict, final: Path, replace: bool) -> None:
     """Write into a temporary sibling folder, then rename it to ``final`` in one step."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}-tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_tiny(model, tokenizer, tmp)
-    (tmp / "warmstart.json").write_text(json.dumps(report, indent=2) + "\n")
-    if replace and final.exists():
-        shutil.rmtree(final)
-    try:
-        tmp.rename(final)
-    except OSError:  # another process finished the same settings first: keep theirs
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    def write(tmp: Path) -> None:
+        save_tiny(model, tokenizer, tmp)
+        (tmp / "warmstart.json").write_text(json.dumps(report, indent=2) + "\n")
+
+    write_folder_atomically(final, write, replace=replace)
 
 
 def warm_start(out_dir: str | Path, seed: int = 0, steps: int = 450, batch_size: int = 16, lr: float = 2e-3,
