@@ -131,7 +131,8 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
         fastpaths.PromptCache.keep, fastpaths._split_prefix = real_keep, real_split
         trainer.logger.close()
     print(
-        f"\nours, like-for-like, B={s.batch_size}: median of {updates} steps each, interleaved (load {vs_trl.load_average()})"
+        f"\nours, like-for-like, B={s.batch_size}: median of {updates} steps each, interleaved (load "
+        f"{vs_trl.load_average()})"
     )
     print(f"  {'':32} {'generation':>10} {'scoring':>8} {'update':>8} {'step':>8} {'CPU s':>8}")
     for name, rows in times.items():
@@ -157,8 +158,12 @@ def main() -> None:
     from transformers.utils.logging import disable_progress_bar
 
     disable_progress_bar()
-    s = vs_trl.Setting("like-for-like", batch_size=args.batch_size, minibatch_size=args.minibatch_size,
-                       ours_overrides=vs_trl.LIKE_FOR_LIKE)  # fmt: skip
+    s = vs_trl.Setting(
+        "like-for-like",
+        batch_size=args.batch_size,
+        minibatch_size=args.minibatch_size,
+        ours_overrides=vs_trl.LIKE_FOR_LIKE,
+    )
     path = vs_trl.warm_started_tiny()
     if args.ab:
         ab_ours(s, path, args.threads, args.updates)

@@ -57,7 +57,8 @@ def response_logits(logits: torch.Tensor, prompt_len: int, response_len: int) ->
     """
     if prompt_len < 1:
         raise ValueError(
-            f"prompt_len must be >= 1 (the first response token is predicted by the last prompt token), got {prompt_len}"
+            f"prompt_len must be >= 1 (the first response token is predicted by the last prompt token), got "
+            f"{prompt_len}"
         )
     if prompt_len + response_len > logits.shape[1]:
         raise ValueError(

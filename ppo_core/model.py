@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from transformers import AutoModelForCausalLM
 
 __all__ = [
     "ActorWithValueHead",
@@ -103,8 +104,6 @@ class ActorWithValueHead(nn.Module):
     @classmethod
     def from_pretrained(cls, path_or_id: str, **lm_kwargs) -> "ActorWithValueHead":
         """Load the LM with ``AutoModelForCausalLM.from_pretrained`` and, if saved beside it, the value head."""
-        from transformers import AutoModelForCausalLM
-
         actor = cls(AutoModelForCausalLM.from_pretrained(path_or_id, **lm_kwargs))
         head = Path(path_or_id) / VALUE_HEAD_FILE
         if head.is_file():

@@ -73,7 +73,8 @@ def tokenize_prompts(tokenizer, prompts: list[str], max_prompt_len: int, device)
     if enc["input_ids"].shape[1] > max_prompt_len:
         n = int((enc["attention_mask"].sum(1) > max_prompt_len).sum())
         warnings.warn(
-            f"{n} prompt(s) longer than data.max_prompt_len={max_prompt_len} tokens were truncated from the left"
+            f"{n} prompt(s) longer than data.max_prompt_len={max_prompt_len} tokens were truncated from the left",
+            stacklevel=2,
         )
         enc = tokenizer(
             prompts,
@@ -134,8 +135,16 @@ def sample(
     )
 
 
-def complete(lm, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float | None,
-             max_prompt_len: int = 512, batch_size: int = 256, seed: int | None = None) -> list[str]:  # fmt: skip
+def complete(
+    lm,
+    tokenizer,
+    prompts: list[str],
+    max_new_tokens: int,
+    temperature: float | None,
+    max_prompt_len: int = 512,
+    batch_size: int = 256,
+    seed: int | None = None,
+) -> list[str]:
     """The decoded response to each prompt (``temperature=None``: greedy), ``batch_size`` prompts per ``sample``.
 
     For evaluation: runs in eval mode (restored after), and with a ``seed`` inside a forked RNG, so it

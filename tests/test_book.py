@@ -169,7 +169,8 @@ const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT, {acceptNode
 }});
 for (let node; (node = walker.nextNode());) {
   // TeX that MathJax did not typeset: display or inline delimiters, environments, $..$ with TeX inside
-  if (/\$\$|\\\[|\\\(|\\begin\{|\$[^$\n]*[\\^_{][^$\n]*\$/.test(node.nodeValue)) raw.push(node.nodeValue.trim().slice(0, 100));
+  if (/\$\$|\\\[|\\\(|\\begin\{|\$[^$\n]*[\\^_{][^$\n]*\$/.test(node.nodeValue))
+    raw.push(node.nodeValue.trim().slice(0, 100));
 }
 return {
   math: math.length,
@@ -259,7 +260,7 @@ def _check_hidden_solutions(driver, nb, problems: list[str]) -> None:
         driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", toggle[0])
         toggle[0].click()
         try:  # the toggle opens with a short animation
-            WebDriverWait(driver, 5).until(lambda _: code.is_displayed())
+            WebDriverWait(driver, 5).until(lambda _, code=code: code.is_displayed())
         except TimeoutException:
             problems.append(f"exercise solution {number}: clicking its toggle did not show it")
 

@@ -88,8 +88,9 @@ def test_forward_with_a_cached_prefix_equals_the_full_forward():
     with torch.no_grad():
         full_logits, full_values = actor(ids, attn)
         pos = position_ids_from_mask(attn)
-        cache = actor.lm.base_model(input_ids=ids[:, :5], attention_mask=attn[:, :5], position_ids=pos[:, :5],
-                                    use_cache=True).past_key_values  # fmt: skip
+        cache = actor.lm.base_model(
+            input_ids=ids[:, :5], attention_mask=attn[:, :5], position_ids=pos[:, :5], use_cache=True
+        ).past_key_values
         logits, values = actor(ids[:, 5:], attn, past_key_values=cache)  # position ids from the whole mask
     torch.testing.assert_close(logits, full_logits[:, 5:], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(values, full_values[:, 5:], atol=1e-5, rtol=1e-5)
@@ -98,8 +99,9 @@ def test_forward_with_a_cached_prefix_equals_the_full_forward():
 def _input_lengths(actor, *args, **kwargs):
     """The sequence lengths of the trunk calls that ``actor(*args, **kwargs)`` makes."""
     lengths = []
-    hook = actor.lm.base_model.register_forward_hook(lambda m, a, kw, out: lengths.append(kw["input_ids"].shape[1]),
-                                                     with_kwargs=True)  # fmt: skip
+    hook = actor.lm.base_model.register_forward_hook(
+        lambda m, a, kw, out: lengths.append(kw["input_ids"].shape[1]), with_kwargs=True
+    )
     actor(*args, **kwargs)
     hook.remove()
     return lengths

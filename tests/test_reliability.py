@@ -33,8 +33,14 @@ from ppo_core.trainer import PPOTrainer
 
 # Three steps, a checkpoint after each (keep two), an adaptive KL coefficient (so the KL controller's
 # state matters on resume), one thread (so a subprocess and this process compute the same numbers).
-RUN = ("train.save_every=1", "train.keep_last=2", "ppo.adaptive_kl=true", "ppo.kl_horizon=100",
-       "train.num_threads=1", "train.tensorboard=false")  # fmt: skip
+RUN = (
+    "train.save_every=1",
+    "train.keep_last=2",
+    "ppo.adaptive_kl=true",
+    "ppo.kl_horizon=100",
+    "train.num_threads=1",
+    "train.tensorboard=false",
+)
 
 
 def _overrides(model, out, steps=3, *extra) -> list[str]:
@@ -164,18 +170,37 @@ BAD_INPUTS = {
     "gamma outside (0, 1]": (lambda tmp: ["ppo.gamma=0"], ["ppo.gamma must be in (0, 1]"]),
     "temperature <= 0": (lambda tmp: ["rollout.temperature=0"], ["rollout.temperature must be > 0"]),
     "learning rate <= 0": (lambda tmp: ["ppo.lr=-1e-4"], ["ppo.lr must be > 0"]),
-    "batch not divisible": (lambda tmp: ["ppo.minibatch_size=3"], ["rollout.batch_size (8) must be a multiple of ppo.minibatch_size (3)"]),
-    "missing model folder": (lambda tmp: [f"model.name_or_path={tmp / 'no_model'}"], ["model.name_or_path=", "no such folder"]),
-    "hub id while offline": (lambda tmp: ["model.name_or_path=someone/not-cached"],
-                             ["from the Hugging Face Hub", "hf download", "model.name_or_path=DIR"]),
-    "missing dataset file": (lambda tmp: ["data.task=gsm8k", f"data.source={tmp / 'none.jsonl'}"], ["data.source=", "not found"]),
+    "batch not divisible": (
+        lambda tmp: ["ppo.minibatch_size=3"],
+        ["rollout.batch_size (8) must be a multiple of ppo.minibatch_size (3)"],
+    ),
+    "missing model folder": (
+        lambda tmp: [f"model.name_or_path={tmp / 'no_model'}"],
+        ["model.name_or_path=", "no such folder"],
+    ),
+    "hub id while offline": (
+        lambda tmp: ["model.name_or_path=someone/not-cached"],
+        ["from the Hugging Face Hub", "hf download", "model.name_or_path=DIR"],
+    ),
+    "missing dataset file": (
+        lambda tmp: ["data.task=gsm8k", f"data.source={tmp / 'none.jsonl'}"],
+        ["data.source=", "not found"],
+    ),
     "empty dataset file": (lambda tmp: _gsm8k_file(tmp, []), ["no records"]),
-    "record without answer": (lambda tmp: _gsm8k_file(tmp, [GOOD, json.dumps({"question": "2+2?"})]),
-                              ["line 2", "missing field 'answer'"]),
-    "response longer than the context": (lambda tmp: ["rollout.max_new_tokens=300"], ["max_new_tokens=300", "context of 256"]),
-    "resume from a non-checkpoint": (lambda tmp: [f"train.resume={tmp}"], ["train.resume=", "not a complete checkpoint"]),
+    "record without answer": (
+        lambda tmp: _gsm8k_file(tmp, [GOOD, json.dumps({"question": "2+2?"})]),
+        ["line 2", "missing field 'answer'"],
+    ),
+    "response longer than the context": (
+        lambda tmp: ["rollout.max_new_tokens=300"],
+        ["max_new_tokens=300", "context of 256"],
+    ),
+    "resume from a non-checkpoint": (
+        lambda tmp: [f"train.resume={tmp}"],
+        ["train.resume=", "not a complete checkpoint"],
+    ),
     "cuda without a GPU": (lambda tmp: ["model.device=cuda"], ["model.device=cuda", "no CUDA GPU"]),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
@@ -193,8 +218,12 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tiny_model_path, 
 
 
 def test_cli_process_exit_code_and_single_stderr_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "ppo_core.train", "ppo.clip_epss=0.1", f"train.output_dir={tmp_path / 'r'}"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "ppo_core.train", "ppo.clip_epss=0.1", f"train.output_dir={tmp_path / 'r'}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "did you mean 'ppo.clip_eps'" in proc.stderr
     assert not (tmp_path / "r").exists()
@@ -405,7 +434,7 @@ def test_sigint_and_sigterm_save_a_checkpoint_and_exit_cleanly(tiny_model_path, 
         runs[sig] = (out, *_spawn(_overrides(tiny_model_path, out, 1000, "train.save_every=0"), tmp_path, sig.name))
     procs = [proc for _, proc, _ in runs.values()]
     for sig, (out, proc, _) in runs.items():
-        _wait_for(lambda: _step_lines(out), procs)  # step 1 is logged, on disk
+        _wait_for(lambda out=out: _step_lines(out), procs)  # step 1 is logged, on disk
         proc.send_signal(sig)
     for sig, (out, proc, err) in runs.items():
         assert proc.wait(timeout=90) == 128 + sig

@@ -135,9 +135,17 @@ def test_ratio_is_one_on_a_cached_rollout(tiny_model_path, monkeypatch):
     ro = sample(lm, tok, PROMPTS * 2, max_new_tokens=10, temperature=0.7, batch_size=4, prompt_cache=cache)
     assert cache.complete and len(cache.chunks) == 2
     score(actor, make_reference(actor), ro, 0.7, batch_size=6, prompt_cache=cache)
-    mb = {"input_ids": ro.input_ids.clone(), "attention_mask": ro.attention_mask.clone(), "response_ids": ro.response_ids.clone(),
-          "mask": ro.mask.clone(), "old_logprobs": ro.logprobs.clone(), "old_values": ro.values.clone(),
-          "advantages": torch.randn(ro.mask.shape), "returns": torch.randn(ro.mask.shape), "keep": ro.keep}  # fmt: skip
+    mb = {
+        "input_ids": ro.input_ids.clone(),
+        "attention_mask": ro.attention_mask.clone(),
+        "response_ids": ro.response_ids.clone(),
+        "mask": ro.mask.clone(),
+        "old_logprobs": ro.logprobs.clone(),
+        "old_values": ro.values.clone(),
+        "advantages": torch.randn(ro.mask.shape),
+        "returns": torch.randn(ro.mask.shape),
+        "keep": ro.keep,
+    }
     optimizer = torch.optim.AdamW(actor.parameters(), lr=1e-3)
     stats = minibatch_update(actor, optimizer, mb, temperature=0.7, ratio_tol=1e-5)  # raises if |log ratio| > 1e-5
     assert stats["params/max_abs_log_ratio"] < 1e-5

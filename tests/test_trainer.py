@@ -187,7 +187,9 @@ def test_fast_paths_give_the_readable_paths_numbers(tiny_model_path, tmp_path, m
         tr = _trainer(tiny_model_path, tmp_path / str(fast), f"train.fast_paths={str(fast).lower()}")
         calls = []
         real_keep = fastpaths.PromptCache.keep
-        monkeypatch.setattr(fastpaths.PromptCache, "keep", lambda c, *a: calls.append(1) or real_keep(c, *a))
+        monkeypatch.setattr(
+            fastpaths.PromptCache, "keep", lambda c, *a, calls=calls, real=real_keep: calls.append(1) or real(c, *a)
+        )
         m = tr.step()
         assert bool(calls) == fast  # the prompt cache is kept only with the fast paths on
         steps[fast] = (tr.last_step, m)

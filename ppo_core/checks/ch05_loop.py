@@ -21,6 +21,7 @@ from ..logprobs import logprobs_from_logits, response_slice
 from ..losses import entropy_loss, policy_loss
 from ..masking import masked_whiten
 from ..model import ActorWithValueHead, position_ids_from_mask
+from ..tasks.tiny import build_char_tokenizer, build_tiny_model
 from ..update import RatioCheckError
 from ._common import CheckFailure, NotImplementedYet, call, checker, expect_close
 
@@ -76,8 +77,6 @@ class _RecordingAdamW(torch.optim.AdamW):
 
 def _tiny_actor(arch: str, seed: int):
     """(actor, tokenizer): a ~10 k-parameter random LM with a value head whose weights are not zero."""
-    from ..tasks.tiny import build_char_tokenizer, build_tiny_model
-
     tokenizer = build_char_tokenizer("abcdefgh 0123456789=+#")
     if arch == "llama":
         size = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2)
@@ -239,23 +238,35 @@ def _coefficients(bug, kw: dict) -> dict:
 
 # Typical mistakes, most specific first: {bug flag: what the learner did}.
 MISTAKES = {
-    "no_temperature": "forgot the temperature (logprobs and entropy of softmax(logits) instead of softmax(logits / temperature))",
-    "no_temperature_logprobs": "forgot the temperature in the log-probs (the rollout's old_logprobs were taken at the sampling temperature, so the ratio is not 1 even before the first step)",
+    "no_temperature": "forgot the temperature (logprobs and entropy of softmax(logits) instead of softmax(logits "
+    "/ temperature))",
+    "no_temperature_logprobs": "forgot the temperature in the log-probs (the rollout's old_logprobs were taken "
+    "at the sampling temperature, so the ratio is not 1 even before the first step)",
     "no_temperature_entropy": "forgot the temperature in the entropy loss",
-    "slice_off_by_one": "took the outputs at [P : P+T] instead of [P-1 : P+T-1] (off by one: the output at position t predicts token t+1; use mb['keep'])",
-    "arange_positions": "passed position ids that count the left padding (e.g. torch.arange, or called the LM without the mask's positions); use position_ids_from_mask(attention_mask), as generate and the rollout's scoring do",
-    "old_logprobs": "used old_logprobs where the new logprobs belong (the ratio is 1 and the policy loss has no gradient: the language model moves only through the value and entropy terms)",
-    "detached": "detached the new logprobs (or computed them under torch.no_grad()): the policy loss sends no gradient, so the policy never learns from the advantages",
-    "entropy_sign": "flipped the sign of the entropy term (added ent_coef * H, which pushes the entropy down; entropy_loss already returns -H, so add + ent_coef * entropy_loss)",
+    "slice_off_by_one": "took the outputs at [P : P+T] instead of [P-1 : P+T-1] (off by one: the output at "
+    "position t predicts token t+1; use mb['keep'])",
+    "arange_positions": "passed position ids that count the left padding (e.g. torch.arange, or called the LM "
+    "without the mask's positions); use position_ids_from_mask(attention_mask), as generate and the rollout's "
+    "scoring do",
+    "old_logprobs": "used old_logprobs where the new logprobs belong (the ratio is 1 and the policy loss has no "
+    "gradient: the language model moves only through the value and entropy terms)",
+    "detached": "detached the new logprobs (or computed them under torch.no_grad()): the policy loss sends no "
+    "gradient, so the policy never learns from the advantages",
+    "entropy_sign": "flipped the sign of the entropy term (added ent_coef * H, which pushes the entropy down; "
+    "entropy_loss already returns -H, so add + ent_coef * entropy_loss)",
     "no_vf_coef": "forgot vf_coef (added the value loss with weight 1)",
     "no_ent_coef": "forgot ent_coef (added the entropy loss with weight 1)",
     "no_value_loss": "left the value loss out of the total loss (the value head never trains)",
     "vf_clip_is_clip_eps": "clipped the values with clip_eps instead of vf_clip_eps",
-    "no_accum_divide": "did not divide the loss by grad_accum_steps (the accumulated gradient is grad_accum_steps times too large)",
+    "no_accum_divide": "did not divide the loss by grad_accum_steps (the accumulated gradient is "
+    "grad_accum_steps times too large)",
     "summed_stats": "summed the stats over the micro-batches instead of averaging them",
-    "zero_grad_in_loop": "zeroed the gradients inside the micro-batch loop (only the last micro-batch's gradient reached the step)",
-    "no_zero_grad": "never zeroed the gradients: .grad accumulates across calls, so every step also re-applies the previous minibatches' gradients",
-    "norm_after_clip": "reported the gradient norm after clipping (report the norm clip_grad_norm_ returns: the norm before clipping)",
+    "zero_grad_in_loop": "zeroed the gradients inside the micro-batch loop (only the last micro-batch's gradient "
+    "reached the step)",
+    "no_zero_grad": "never zeroed the gradients: .grad accumulates across calls, so every step also re-applies "
+    "the previous minibatches' gradients",
+    "norm_after_clip": "reported the gradient norm after clipping (report the norm clip_grad_norm_ returns: the "
+    "norm before clipping)",
     "no_clip": "did not clip the gradient norm to max_grad_norm",
 }
 
@@ -271,7 +282,8 @@ def _validate_stats(out, call_no: int) -> dict:
     missing = [k for k in STAT_KEYS if k not in out]
     if missing:
         raise CheckFailure(
-            f"the stats dict lacks {missing}; the trainer logs {list(STAT_KEYS)} (same keys as ppo_core.update.minibatch_update)."
+            f"the stats dict lacks {missing}; the trainer logs {list(STAT_KEYS)} (same keys as "
+            "ppo_core.update.minibatch_update)."
         )
     for k in STAT_KEYS:
         if isinstance(out[k], torch.Tensor) or not isinstance(out[k], (int, float)):
@@ -339,12 +351,14 @@ def _compare(got: dict, want: dict, mistake_outcome, case: str, kw: dict) -> Non
         if n_got != n_want:
             per_micro = n_got == kw["grad_accum_steps"] > 1
             why = (
-                " It looks like you stepped once per micro-batch: accumulate the micro-batches' gradients, then step once."
+                " It looks like you stepped once per micro-batch: accumulate the micro-batches' gradients, then "
+                "step once."
                 if per_micro
                 else ""
             )
             raise CheckFailure(
-                f"optimizer.step() was called {n_got} time(s) in call {i}; a minibatch update steps the optimizer it is given exactly once.{why} Case: {case}"
+                f"optimizer.step() was called {n_got} time(s) in call {i}; a minibatch update steps the "
+                f"optimizer it is given exactly once.{why} Case: {case}"
             )
     if _full_match(got, want):
         return
@@ -381,7 +395,8 @@ _CASES = [
             grad_accum_steps=1,
             max_grad_norm=0.05,
         ),
-        about="GPT-2-shaped tiny model (absolute positions), B=4 left-padded rows of different lengths, temperature 0.7, "
+        about="GPT-2-shaped tiny model (absolute positions), B=4 left-padded rows of different lengths, "
+        "temperature 0.7, "
         "clip_eps 0.1, vf_clip_eps 0.3, vf_coef 0.25, ent_coef 0.05, max_grad_norm 0.05 (clipping active), two calls",
     ),
     dict(
@@ -449,7 +464,8 @@ def _check_ratio_tol(fn, actor, tokenizer, spec) -> None:
         stats = _validate_stats(call(fn, first, _RecordingAdamW(first.parameters(), lr=LR), _fresh(same), **kw), 1)
     except RatioCheckError as err:
         raise CheckFailure(
-            f"raised RatioCheckError although the ratio is 1 up to float error ({err}). Is the forward the same as the rollout's (temperature, slice, position ids)? Case: {case}"
+            f"raised RatioCheckError although the ratio is 1 up to float error ({err}). Is the forward the same "
+            f"as the rollout's (temperature, slice, position ids)? Case: {case}"
         ) from None
     expect_close(stats["params/ratio_mean"], 1.0, what="stats['params/ratio_mean']", case=case, atol=1e-5)
     expect_close(stats["params/policy_clipfrac"], 0.0, what="stats['params/policy_clipfrac']", case=case, atol=0)
@@ -466,10 +482,12 @@ def _check_ratio_tol(fn, actor, tokenizer, spec) -> None:
         raise
     except Exception as err:  # noqa: BLE001 - any other exception is the wrong kind
         raise CheckFailure(
-            f"raised {type(err).__name__} ({err}); raise ppo_core.update.RatioCheckError, which the trainer expects. Case: {case}"
+            f"raised {type(err).__name__} ({err}); raise ppo_core.update.RatioCheckError, which the trainer "
+            f"expects. Case: {case}"
         ) from None
     raise CheckFailure(
-        "ignored ratio_tol: when it is set and max |logprobs - old_logprobs| over the response tokens exceeds it, raise "
+        "ignored ratio_tol: when it is set and max |logprobs - old_logprobs| over the response tokens exceeds "
+        "it, raise "
         f"ppo_core.update.RatioCheckError (the trainer's check that the first update starts at ratio 1). Case: {case}"
     )
 

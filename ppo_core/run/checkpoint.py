@@ -36,10 +36,28 @@ __all__ = [
 STATE_FILE = "trainer_state.pt"
 RUN_FILES = ("metrics.jsonl", "samples.jsonl", "summary.json", "dashboard.png", "effective_config.yaml", "tb")
 """What a run writes beside its checkpoints (removed with them when a run is started over)."""
-RESUMABLE_CHANGES = {"train." + k for k in ("steps", "resume", "output_dir", "progress", "tensorboard", "wandb",
-                     "wandb_project", "log_every", "save_every", "keep_last", "eval_every", "eval_samples",
-                     "num_threads", "overwrite", "max_skipped_steps", "check_ratio", "ratio_tol")} | {
-                     "warmstart.cache_dir"}  # fmt: skip
+RESUMABLE_CHANGES = {
+    "train." + k
+    for k in (
+        "steps",
+        "resume",
+        "output_dir",
+        "progress",
+        "tensorboard",
+        "wandb",
+        "wandb_project",
+        "log_every",
+        "save_every",
+        "keep_last",
+        "eval_every",
+        "eval_samples",
+        "num_threads",
+        "overwrite",
+        "max_skipped_steps",
+        "check_ratio",
+        "ratio_tol",
+    )
+} | {"warmstart.cache_dir"}
 """Settings a resumed run may change without leaving the trajectory of the run it continues."""
 
 
@@ -123,8 +141,12 @@ def config_changes(saved: dict | None, now: dict) -> list[str]:
     """'section.key (old -> new)' for every setting that differs and would change the trajectory."""
     if saved is None:
         return []
-    return [f"{s}.{k} ({saved[s][k]!r} -> {v!r})" for s, sec in now.items() for k, v in sec.items()
-            if f"{s}.{k}" not in RESUMABLE_CHANGES and k in saved.get(s, {}) and saved[s][k] != v]  # fmt: skip
+    return [
+        f"{s}.{k} ({saved[s][k]!r} -> {v!r})"
+        for s, sec in now.items()
+        for k, v in sec.items()
+        if f"{s}.{k}" not in RESUMABLE_CHANGES and k in saved.get(s, {}) and saved[s][k] != v
+    ]
 
 
 class StopOnSignal:

@@ -188,10 +188,22 @@ def _all_keys(node, prefix="") -> list[str]:
 
 
 # Names other PPO code bases use for our keys (TRL, CleanRL, Stable-Baselines3), so their users get a hint.
-ALIASES = {"learning_rate": "lr", "cliprange": "clip_eps", "clip_range": "clip_eps", "clip_coef": "clip_eps",
-           "cliprange_value": "vf_clip_eps", "gae_lambda": "lam", "lambda": "lam", "init_kl_coef": "kl_coef",
-           "mini_batch_size": "minibatch_size", "num_ppo_epochs": "ppo_epochs", "update_epochs": "ppo_epochs",
-           "target_kl": "kl_target", "response_length": "max_new_tokens", "total_steps": "steps"}  # fmt: skip
+ALIASES = {
+    "learning_rate": "lr",
+    "cliprange": "clip_eps",
+    "clip_range": "clip_eps",
+    "clip_coef": "clip_eps",
+    "cliprange_value": "vf_clip_eps",
+    "gae_lambda": "lam",
+    "lambda": "lam",
+    "init_kl_coef": "kl_coef",
+    "mini_batch_size": "minibatch_size",
+    "num_ppo_epochs": "ppo_epochs",
+    "update_epochs": "ppo_epochs",
+    "target_kl": "kl_target",
+    "response_length": "max_new_tokens",
+    "total_steps": "steps",
+}
 
 
 def _did_you_mean(key: str, valid: list[str]) -> str:

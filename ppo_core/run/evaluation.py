@@ -26,8 +26,16 @@ def accuracy(lm, tokenizer, records: list[dict], cfg, greedy: bool = False, corr
     prompts = [build_prompt(r["question"], tokenizer, cfg.data.prompt_style) for r in records]
     temperature = None if greedy else cfg.rollout.temperature
     bs = cfg.rollout.generation_batch_size or cfg.rollout.batch_size
-    texts = complete(lm, tokenizer, prompts, cfg.rollout.max_new_tokens, temperature, cfg.data.max_prompt_len, bs,
-                     seed=cfg.train.seed + 12345)  # fmt: skip
+    texts = complete(
+        lm,
+        tokenizer,
+        prompts,
+        cfg.rollout.max_new_tokens,
+        temperature,
+        cfg.data.max_prompt_len,
+        bs,
+        seed=cfg.train.seed + 12345,
+    )
     return rewards.accuracy(texts, records, correct_fn or is_correct)
 
 

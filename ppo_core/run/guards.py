@@ -32,7 +32,8 @@ DIVERGED_HINT = (
 
 
 class NonFiniteError(RuntimeError):
-    """NaN or inf where training cannot go on (a rollout tensor, a parameter): the run stops, nothing broken is saved."""
+    """NaN or inf where training cannot go on (a rollout tensor, a parameter): the run stops, nothing broken is
+    saved."""
 
 
 def nonfinite_parameters(module: torch.nn.Module) -> list[str]:

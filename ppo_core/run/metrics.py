@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+
 from ..masking import masked_var
 from ..utils import write_text_atomically
 
@@ -54,7 +56,8 @@ class MetricsLogger:
                 write_text_atomically(path, "".join(line + "\n" for line in keep))
 
     def log(self, step: int, metrics: dict) -> None:
-        """Append one line and close the file: the line reaches the OS now, so even a kill -9 loses at most the next step."""
+        """Append one line and close the file: the line reaches the OS now, so even a kill -9 loses at most the
+        next step."""
         record = {"step": step, **{k: float(v) for k, v in metrics.items()}}
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
@@ -100,8 +103,6 @@ def read_metrics(path) -> list[dict]:
 
 def plot_dashboard(records: list[dict], path=None, keys=DASHBOARD_KEYS):
     """A grid of the main curves against the step; saved as PNG if ``path`` is given. Returns the figure."""
-    import matplotlib.pyplot as plt
-
     keys = [k for k in keys if any(k in r for r in records)]
     cols = 4
     rows = max(1, -(-len(keys) // cols))

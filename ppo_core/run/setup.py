@@ -13,9 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..kl import AdaptiveKLController, FixedKLController
 from ..model import ActorWithValueHead, make_reference
+from ..tasks.data import load_gsm8k
+from ..tasks.rewards import gsm8k_reward, is_correct
+from ..tasks.synthetic import make_synthetic_task
+from ..tasks.warmstart import warm_start
 from ..utils import hub_offline, hub_unreachable
 from .config import Config, ConfigError
 
@@ -51,16 +56,10 @@ def resolve_device(device: str) -> torch.device:
 
 def load_task(cfg: Config):
     """(train records, test records, reward_fn, correct_fn); records are {'question', 'answer'} dicts."""
-    from ..tasks.rewards import gsm8k_reward, is_correct
-
     d = cfg.data
     if d.task == "synthetic":
-        from ..tasks.synthetic import make_synthetic_task
-
         train, test = make_synthetic_task(seed=cfg.train.seed, n_train=d.n_train, n_test=d.n_test)
     else:
-        from ..tasks.data import load_gsm8k
-
         try:
             train = load_gsm8k(d.source, split="train")
             test = load_gsm8k(d.source, split="test", limit=d.n_test)
@@ -69,14 +68,13 @@ def load_task(cfg: Config):
         if Path(d.source).expanduser().is_file():
             warnings.warn(
                 f"data.source={d.source} is one file: the held-out evaluation reuses training records; "
-                "pass a folder holding train.jsonl and test.jsonl for a real held-out split"
+                "pass a folder holding train.jsonl and test.jsonl for a real held-out split",
+                stacklevel=2,
             )
     return train, test, gsm8k_reward, is_correct
 
 
 def _warm_started_tiny(cfg: Config) -> Path:
-    from ..tasks.warmstart import warm_start
-
     w = cfg.warmstart
     return warm_start(
         Path(w.cache_dir).expanduser(),
@@ -92,14 +90,14 @@ def _warm_started_tiny(cfg: Config) -> Path:
 
 
 def _load_tokenizer(path: str):
-    from transformers import AutoTokenizer
-
     tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
     if tok.pad_token_id is None or tok.pad_token_id == tok.eos_token_id:
         tok.add_special_tokens({"pad_token": "<|ppo_pad|>"})
         warnings.warn(
-            f"the tokenizer of {path} had no pad token distinct from EOS; added '<|ppo_pad|>' (pad must differ from EOS, see chapter 02)"
+            f"the tokenizer of {path} had no pad token distinct from EOS; added '<|ppo_pad|>' (pad must differ "
+            "from EOS, see chapter 02)",
+            stacklevel=2,
         )
     return tok
 
@@ -119,8 +117,6 @@ def _hub_error(path: str, err: Exception) -> ConfigError:
 
 def load_models(cfg: Config, device: torch.device):
     """(actor with value head, frozen reference LM, tokenizer, path of the initial policy)."""
-    from transformers import AutoModelForCausalLM
-
     m = cfg.model
     path = str(_warm_started_tiny(cfg)) if m.name_or_path == "tiny" else m.name_or_path
     try:
@@ -156,11 +152,13 @@ def fit_prompt_len(cfg: Config, lm) -> None:
         return
     if T >= context:
         raise ConfigError(
-            f"rollout.max_new_tokens={T} leaves no room for a prompt in the model's context of {context} tokens; lower it"
+            f"rollout.max_new_tokens={T} leaves no room for a prompt in the model's context of {context} tokens; "
+            "lower it"
         )
     warnings.warn(
         f"data.max_prompt_len={cfg.data.max_prompt_len} + rollout.max_new_tokens={T} exceed the model's context of "
-        f"{context} tokens: prompts will be cut to their last {context - T} tokens"
+        f"{context} tokens: prompts will be cut to their last {context - T} tokens",
+        stacklevel=2,
     )
     cfg.data.max_prompt_len = context - T
 
@@ -195,7 +193,8 @@ def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
             return bnb.optim.AdamW8bit(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
         warnings.warn(
             f"ppo.optimizer=adamw8bit but bitsandbytes cannot run here ({why}); falling back to torch AdamW, "
-            "whose two moment estimates take 2 (bf16) to 4 (fp32) times the memory of 8-bit ones"
+            "whose two moment estimates take 2 (bf16) to 4 (fp32) times the memory of 8-bit ones",
+            stacklevel=2,
         )
     return torch.optim.AdamW(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
 from ..rollout import complete
@@ -101,9 +102,16 @@ def sft_batch(tokenizer, prompts: list[str], completions: list[str]) -> dict:
 
 
 @torch.no_grad()
-def generate_completions(model, tokenizer, records: list[dict], temperature: float = 1.0, greedy: bool = False,
-                         max_new_tokens: int = 24, batch_size: int = 256,
-                         seed: int | None = None) -> list[str]:  # fmt: skip
+def generate_completions(
+    model,
+    tokenizer,
+    records: list[dict],
+    temperature: float = 1.0,
+    greedy: bool = False,
+    max_new_tokens: int = 24,
+    batch_size: int = 256,
+    seed: int | None = None,
+) -> list[str]:
     """The decoded completion of each record's prompt ``question + "\\n"`` (left-padded, stops at EOS).
 
     Samples from softmax(logits / temperature) with no top-k / top-p (PPO's sampling distribution,
@@ -115,8 +123,16 @@ def generate_completions(model, tokenizer, records: list[dict], temperature: flo
     return complete(model, tokenizer, prompts, max_new_tokens, temperature, 10**9, batch_size, seed)
 
 
-def evaluate_accuracy(model, tokenizer, records: list[dict], temperature: float = 1.0, greedy: bool = False,
-                      max_new_tokens: int = 24, batch_size: int = 256, seed: int | None = None) -> float:  # fmt: skip
+def evaluate_accuracy(
+    model,
+    tokenizer,
+    records: list[dict],
+    temperature: float = 1.0,
+    greedy: bool = False,
+    max_new_tokens: int = 24,
+    batch_size: int = 256,
+    seed: int | None = None,
+) -> float:
     """Share of ``records`` whose generated final answer (the number after the last ``####``) is right."""
     texts = generate_completions(model, tokenizer, records, temperature, greedy, max_new_tokens, batch_size, seed)
     return accuracy(texts, records)
@@ -155,8 +171,6 @@ def _train(settings: dict, train: list[dict], progress: bool) -> tuple:
     losses = []
     steps = range(s["steps"])
     if progress:
-        from tqdm.auto import tqdm
-
         steps = tqdm(steps, desc="warm start", leave=False)
     for _ in steps:
         records = rng.sample(train, s["batch_size"])
@@ -177,10 +191,12 @@ def _evaluate(model, tokenizer, records: list[dict], seed: int) -> dict:
     sampled = _scores(generate_completions(model, tokenizer, records, seed=seed), records)
     greedy = _scores(generate_completions(model, tokenizer, records, greedy=True), records)
     return {
-        "heldout_sampled_accuracy": sampled["accuracy"], "heldout_greedy_accuracy": greedy["accuracy"],
+        "heldout_sampled_accuracy": sampled["accuracy"],
+        "heldout_greedy_accuracy": greedy["accuracy"],
         "heldout_sampled_working_line_accuracy": sampled["working_line_accuracy"],
-        "heldout_greedy_working_line_accuracy": greedy["working_line_accuracy"], "eval_samples": len(records),
-    }  # fmt: skip
+        "heldout_greedy_working_line_accuracy": greedy["working_line_accuracy"],
+        "eval_samples": len(records),
+    }
 
 
 def _save_atomically(model, tokenizer, report: dict, final: Path, replace: bool) -> None:
@@ -193,10 +209,21 @@ def _save_atomically(model, tokenizer, report: dict, final: Path, replace: bool)
     write_folder_atomically(final, write, replace=replace)
 
 
-def warm_start(out_dir: str | Path, seed: int = 0, steps: int = 450, batch_size: int = 16, lr: float = 2e-3,
-               answer_noise: float = 0.75, arch: str = "llama", n_train: int = 4000, n_test: int = 500,
-               size: dict | None = None, eval_samples: int = 256, force: bool = False,
-               progress: bool = True) -> Path:  # fmt: skip
+def warm_start(
+    out_dir: str | Path,
+    seed: int = 0,
+    steps: int = 450,
+    batch_size: int = 16,
+    lr: float = 2e-3,
+    answer_noise: float = 0.75,
+    arch: str = "llama",
+    n_train: int = 4000,
+    n_test: int = 500,
+    size: dict | None = None,
+    eval_samples: int = 256,
+    force: bool = False,
+    progress: bool = True,
+) -> Path:
     """Train (or reuse) the warm-started tiny model; returns its folder ``out_dir/warmstart-<hash>``.
 
     Args:
@@ -217,9 +244,18 @@ def warm_start(out_dir: str | Path, seed: int = 0, steps: int = 450, batch_size:
     restored, so a cache miss does not change the caller's random stream.
     """
     train, test = make_synthetic_task(seed, n_train=n_train, n_test=n_test)
-    settings = dict(seed=seed, steps=steps, batch_size=batch_size, lr=lr, answer_noise=answer_noise, arch=arch,
-                    n_train=n_train, n_test=n_test, size=dict(sorted(model_size(arch, size).items())),
-                    task=_task_digest(train + test))  # fmt: skip
+    settings = dict(
+        seed=seed,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        answer_noise=answer_noise,
+        arch=arch,
+        n_train=n_train,
+        n_test=n_test,
+        size=dict(sorted(model_size(arch, size).items())),
+        task=_task_digest(train + test),
+    )
     final = Path(out_dir).expanduser() / f"warmstart-{settings_hash(settings)}"
     if (final / "warmstart.json").is_file() and not force:
         return final
@@ -228,10 +264,16 @@ def warm_start(out_dir: str | Path, seed: int = 0, steps: int = 450, batch_size:
         model, tokenizer, losses = _train(settings, train, progress)
         train_s = time.perf_counter() - start
         scores = _evaluate(model, tokenizer, test[:eval_samples], seed)
-    report = dict(settings=settings, losses=losses, train_seconds=round(train_s, 2),
-                  total_seconds=round(time.perf_counter() - start, 2),
-                  cpu_seconds=round(time.process_time() - start_cpu, 2), n_parameters=count_parameters(model),
-                  peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-                  torch_threads=torch.get_num_threads(), **scores)  # fmt: skip
+    report = dict(
+        settings=settings,
+        losses=losses,
+        train_seconds=round(train_s, 2),
+        total_seconds=round(time.perf_counter() - start, 2),
+        cpu_seconds=round(time.process_time() - start_cpu, 2),
+        n_parameters=count_parameters(model),
+        peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        torch_threads=torch.get_num_threads(),
+        **scores,
+    )
     _save_atomically(model, tokenizer, report, final, replace=force)
     return final
