@@ -70,23 +70,48 @@ def draw() -> plt.Figure:
         ax.axvline(b + N_MINIBATCHES * MB_W, color="#8c959f", lw=0.8, ls=":", zorder=0)  # epoch boundary
     end = times[-1]
     ax.hlines(0.0, 0, end, color=COLORS["ref"], lw=3, label=r"$\pi_\mathrm{ref}$: frozen for the whole run")
-    ax.step(times, old, where="post", color=COLORS["old"], lw=2.2, ls="--",
-            label=r"$\pi_\mathrm{old}$: a snapshot of $\pi_\theta$ at each rollout, constant during its update")
-    ax.step(times, theta, where="post", color=COLORS["theta"], lw=1.8,
-            label=r"$\pi_\theta$: moves at every minibatch step")
+    ax.step(
+        times,
+        old,
+        where="post",
+        color=COLORS["old"],
+        lw=2.2,
+        ls="--",
+        label=r"$\pi_\mathrm{old}$: a snapshot of $\pi_\theta$ at each rollout, constant during its update",
+    )
+    ax.step(
+        times, theta, where="post", color=COLORS["theta"], lw=1.8, label=r"$\pi_\theta$: moves at every minibatch step"
+    )
     # the ratio's gap at the end of update 2, and the KL's gap
     a2, b2, snap2 = spans[1]
     x_gap = b2 + PPO_EPOCHS * N_MINIBATCHES * MB_W - 0.08
     theta_at = theta[times.index(b2 + PPO_EPOCHS * N_MINIBATCHES * MB_W) - 1]
-    ax.annotate("", xy=(x_gap, theta_at), xytext=(x_gap, snap2),
-                arrowprops=dict(arrowstyle="<->", color=COLORS["old"], lw=1.2))
-    ax.text(x_gap - 0.08, snap2 - 0.03 * top, "ratio $\\pi_\\theta/\\pi_\\mathrm{old}$: the gap between the two\n(exactly 1 at each update's first minibatch)",
-            ha="right", va="top", fontsize=8, color=COLORS["old"])
+    ax.annotate(
+        "", xy=(x_gap, theta_at), xytext=(x_gap, snap2), arrowprops=dict(arrowstyle="<->", color=COLORS["old"], lw=1.2)
+    )
+    ax.text(
+        x_gap - 0.08,
+        snap2 - 0.03 * top,
+        "ratio $\\pi_\\theta/\\pi_\\mathrm{old}$: the gap between the two\n"
+        "(exactly 1 at each update's first minibatch)",
+        ha="right",
+        va="top",
+        fontsize=8,
+        color=COLORS["old"],
+    )
     x_kl = spans[2][0] + 0.5
-    ax.annotate("", xy=(x_kl, spans[2][2]), xytext=(x_kl, 0.0),
-                arrowprops=dict(arrowstyle="<->", color=COLORS["ref"], lw=1.2))
-    ax.text(x_kl + 0.08, spans[2][2] / 2, "KL penalty\n$\\pi$ vs $\\pi_\\mathrm{ref}$,\nin the reward",
-            ha="left", va="center", fontsize=8, color=COLORS["ref"])
+    ax.annotate(
+        "", xy=(x_kl, spans[2][2]), xytext=(x_kl, 0.0), arrowprops=dict(arrowstyle="<->", color=COLORS["ref"], lw=1.2)
+    )
+    ax.text(
+        x_kl + 0.08,
+        spans[2][2] / 2,
+        "KL penalty\n$\\pi$ vs $\\pi_\\mathrm{ref}$,\nin the reward",
+        ha="left",
+        va="center",
+        fontsize=8,
+        color=COLORS["ref"],
+    )
     ax.set_xlim(0, end)
     ax.set_ylim(-0.08 * top, top)
     ax.set_yticks([])
