@@ -1,0 +1,82 @@
+"""Mutation score of the PPO algorithm: chapters 01-05's modules and the trainer's step (issue 19).
+
+    pip install -r benchmarks/requirements-mutation.txt     # mutmut 3.8.1, not part of the course's install
+    python benchmarks/mutation.py                            # every target below, 2 workers
+    python benchmarks/mutation.py --only kl,gae --max-children 1
+
+mutmut 3 reads ``[tool.mutmut]`` in pyproject.toml (which files it mutates, which tests it runs: the unit
+tests of these modules and tests/test_algorithm_box.py; each mutant runs only the tests that call its
+function). This script starts from a clean ``mutants/`` folder, asks mutmut for the mutants of TARGETS (the
+trainer's step, not its checkpoint or logging code), prints mutmut's own output, then its verdict for every
+mutant grouped by status, the diff of every survivor, and the score killed / checked. Exit status 1 if any
+mutant survived. Not part of the test command: it takes minutes (run it through /work/bin/heavy).
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TARGETS = {
+    "logprobs": ["ppo_core.logprobs.*"],
+    "masking": ["ppo_core.masking.*"],
+    "kl": ["ppo_core.kl.*"],
+    "gae": ["ppo_core.gae.*"],
+    "losses": ["ppo_core.losses.*"],
+    "update": ["ppo_core.update.*"],
+    "trainer": ["ppo_core.trainer.xǁPPOTrainerǁstep__mutmut_*", "ppo_core.trainer.xǁPPOTrainerǁupdate__mutmut_*"],
+}
+"""mutmut's names of the mutants to run, by target: whole modules, and the methods of the trainer that
+compute the algorithm box (steps 3-6)."""
+
+RESULT = re.compile(r"^(\S+) (ppo_core\.\S+__mutmut_\d+)$")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help=f"comma-separated targets among {', '.join(TARGETS)}")
+    parser.add_argument("--max-children", type=int, default=2, help="parallel mutant workers")
+    args = parser.parse_args(argv)
+    targets = [t for t in args.only.split(",") if t] or list(TARGETS)
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown:
+        parser.error(f"unknown target(s) {', '.join(unknown)}; choose among {', '.join(TARGETS)}")
+    names = [n for t in targets for n in TARGETS[t]]
+    mutmut = shutil.which("mutmut", path=str(Path(sys.executable).parent)) or shutil.which("mutmut")
+    if mutmut is None:
+        sys.exit("mutmut is not installed; pip install -r benchmarks/requirements-mutation.txt")
+    shutil.rmtree(ROOT / "mutants", ignore_errors=True)  # a fresh run: no verdict cached from other code
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the tests must import the mutants
+    cmd = [mutmut, "run", "--max-children", str(args.max_children), *names]
+    print("$", " ".join(cmd[1:]), flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    out = proc.stdout.replace("\r", "\n")
+    print("\n".join(line for line in out.splitlines() if line.strip() and not RESULT.match(line)))
+    if proc.returncode:
+        print(proc.stderr[-3000:])
+        return proc.returncode
+    emoji_status = {"🎉": "killed", "🙁": "survived", "⏰": "timeout", "🤔": "suspicious", "🫥": "no tests",
+                    "🔇": "skipped", "💥": "segfault", "?": "not checked"}  # fmt: skip
+    verdicts = {m.group(2): emoji_status.get(m.group(1), m.group(1)) for m in map(RESULT.match, out.splitlines()) if m}
+    by_module = Counter((name.split(".")[1], status) for name, status in verdicts.items())
+    print("\nper module:")
+    for module in dict.fromkeys(name.split(".")[1] for name in verdicts):
+        counts = {s: n for (m, s), n in by_module.items() if m == module}
+        print(f"  {module:9s} " + ", ".join(f"{s} {n}" for s, n in sorted(counts.items())))
+    survivors = [n for n, s in verdicts.items() if s != "killed"]
+    for name in survivors:
+        diff = subprocess.run([mutmut, "show", name], cwd=ROOT, env=env, capture_output=True, text=True).stdout
+        print(f"\n{verdicts[name]}: {diff.strip()}")
+    killed = sum(s == "killed" for s in verdicts.values())
+    print(f"\nmutation score: {killed}/{len(verdicts)} mutants killed ({100 * killed / max(len(verdicts), 1):.1f} %)")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
