@@ -11,7 +11,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see ppo_core/train.py
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see ppo_core/run/cli.py
 
 import matplotlib  # noqa: E402
 
