@@ -14,8 +14,8 @@ import pytest
 import torch
 from reference_ppo_step import reference_step
 
-from ppo_core.config import load_config
 from ppo_core.rollout import Rollout
+from ppo_core.run.config import load_config
 from ppo_core.trainer import PPOTrainer
 
 B, P, T = 8, 5, 6
@@ -29,7 +29,7 @@ def run_package_step(trainer: PPOTrainer, fixed: dict, monkeypatch) -> dict:
     minibatch update and the KL controller received. Returned keys (tensors (B, T) unless said):
     kl, kl_coef_used, rewards, advantages_raw, returns (the step's), advantages (as the update saw
     them), schedule (per epoch, lists of row indices), update_batches (the minibatch dicts the update
-    received, with their ``rows``), grad_norms, kl_for_controller, kl_coef_after, metrics.
+    received, with their ``rows``), grad_norms, kl_for_controller, kl_coef_after, logged_kl, logged_kl_coef.
     """
     import ppo_core.trainer as trainer_module
 
@@ -102,8 +102,14 @@ def run_package_step(trainer: PPOTrainer, fixed: dict, monkeypatch) -> dict:
         "grad_norms": [mb["stats"]["params/grad_norm"] for mb in batches],
         "kl_for_controller": seen["controller"][0],
         "kl_coef_after": trainer.kl_ctl.value,
-        "metrics": metrics,
+        "logged_kl": logged(metrics, "kl/to_ref", "params/kl_to_ref"),
+        "logged_kl_coef": logged(metrics, "kl/coef", "params/kl_coef"),
     }
+
+
+def logged(metrics: dict, *names: str) -> float:
+    """The first of ``names`` that the step logged (metric names moved from params/ to what they are)."""
+    return next(metrics[n] for n in names if n in metrics)
 
 
 # ---- fixtures ----------------------------------------------------------------------------------------
@@ -259,7 +265,7 @@ def test_adaptive_controller_direction_and_exact_size(
     assert kl > 0.5  # the fixture's KL to the reference is positive, so the target below is too
     cfg = {**BASE, "adaptive_kl": True, "kl_target": kl / ratio, "kl_horizon": 40, "lr": 1e-4}
     got = run_package_step(make_trainer(tiny_model_path, tmp_path / "run", cfg), fixed_rollout, monkeypatch)
-    measured = got["metrics"]["params/kl_to_ref"]
+    measured = got["logged_kl"]
     assert measured == pytest.approx(kl, rel=1e-5)
     assert got["kl_coef_used"] == cfg["kl_coef"]
     expected = cfg["kl_coef"] * (1 + min(max(measured / cfg["kl_target"] - 1, -0.2), 0.2) * B / cfg["kl_horizon"])
@@ -269,14 +275,14 @@ def test_adaptive_controller_direction_and_exact_size(
 
 def test_fixed_controller_keeps_kl_coef(tiny_model_path, tmp_path, monkeypatch, fixed_rollout):
     got = run_package_step(make_trainer(tiny_model_path, tmp_path / "run", BASE), fixed_rollout, monkeypatch)
-    assert got["kl_coef_after"] == BASE["kl_coef"] == got["metrics"]["params/kl_coef"]
+    assert got["kl_coef_after"] == BASE["kl_coef"] == got["logged_kl_coef"]
 
 
 def test_controller_gets_the_logged_kl(tiny_model_path, tmp_path, monkeypatch, fixed_rollout):
     cfg = {**BASE, "adaptive_kl": True, "kl_estimator": "k3"}
     got = run_package_step(make_trainer(tiny_model_path, tmp_path / "run", cfg), fixed_rollout, monkeypatch)
-    assert got["kl_for_controller"] == got["metrics"]["params/kl_to_ref"]
-    assert got["metrics"]["params/kl_coef"] == got["kl_coef_used"] == cfg["kl_coef"]  # logged: the coef the reward used
+    assert got["kl_for_controller"] == got["logged_kl"]
+    assert got["logged_kl_coef"] == got["kl_coef_used"] == cfg["kl_coef"]  # logged: the coef the reward used
 
 
 def test_update_sees_the_steps_tensors(tiny_model_path, tmp_path, monkeypatch, fixed_rollout):
