@@ -120,7 +120,7 @@ BASE = dict(
 )  # fmt: skip
 
 
-def make_trainer(model_path, out_dir, cfg: dict, seed: int = 0) -> PPOTrainer:
+def make_trainer(model_path, out_dir, cfg: dict, seed: int = 0, check_ratio: bool = False) -> PPOTrainer:
     """A trainer on the tiny test model whose step settings are ``cfg`` (keys of reference_step)."""
     keys = ["gamma", "lam", "kl_estimator", "kl_coef", "adaptive_kl", "kl_target", "kl_horizon", "clip_eps",
             "vf_clip_eps", "vf_coef", "ent_coef", "ppo_epochs", "minibatch_size", "grad_accum_steps",
@@ -136,7 +136,7 @@ def make_trainer(model_path, out_dir, cfg: dict, seed: int = 0) -> PPOTrainer:
         *[f"ppo.{k}={cfg[k]}" for k in keys],
         "data.n_train=16",
         "data.n_test=8",
-        "train.check_ratio=false",  # the fixed rollout's old logprobs are perturbed on purpose
+        f"train.check_ratio={check_ratio}",  # off by default: the fixed rollout's old logprobs are perturbed
         "train.tensorboard=false",
         "train.log_every=0",
         "train.progress=false",
@@ -172,6 +172,7 @@ def fixed_rollout(tiny_model_path, tmp_path_factory, one_thread):
         "response_ids": response,
         "mask": mask,
         "logprobs": torch.where(mask, true_logp + noise(0.3), 0.0),
+        "true_logprobs": torch.where(mask, true_logp, 0.0),
         "values": torch.where(mask, noise(0.5), 0.0),
         "ref_logprobs": torch.where(mask, true_logp + noise(0.4) - 0.2, 0.0),
         "scores": torch.rand(B, generator=gen) * 3 - 1,
@@ -297,3 +298,19 @@ def test_update_sees_the_steps_tensors(tiny_model_path, tmp_path, monkeypatch, f
         assert torch.equal(mb["old_logprobs"], fixed_rollout["logprobs"][rows])
         assert torch.equal(mb["advantages"], got["advantages"][rows])
         assert torch.equal(mb["mask"], fixed_rollout["mask"][rows])
+
+
+def test_ratio_check_on_the_first_minibatch_only(tiny_model_path, tmp_path, monkeypatch, fixed_rollout):
+    """Old logprobs off the policy's: caught before any update. Exact ones: the later minibatches, where the
+    policy has moved (ratio != 1), are not checked."""
+    from ppo_core.update import RatioCheckError
+
+    cfg = {**BASE, "ppo_epochs": 2, "minibatch_size": 4}
+    exact = {**fixed_rollout, "logprobs": fixed_rollout["true_logprobs"]}
+    got = run_package_step(make_trainer(tiny_model_path, tmp_path / "a", cfg, check_ratio=True), exact, monkeypatch)
+    assert len(got["update_batches"]) == 4
+    assert max(mb["stats"]["params/max_abs_log_ratio"] for mb in got["update_batches"][1:]) > 1e-3
+    with pytest.raises(RatioCheckError):
+        run_package_step(
+            make_trainer(tiny_model_path, tmp_path / "b", cfg, check_ratio=True), fixed_rollout, monkeypatch
+        )
