@@ -29,7 +29,7 @@ def run_package_step(trainer: PPOTrainer, fixed: dict, monkeypatch) -> dict:
     minibatch update and the KL controller received. Returned keys (tensors (B, T) unless said):
     kl, kl_coef_used, rewards, advantages_raw, returns (the step's), advantages (as the update saw
     them), schedule (per epoch, lists of row indices), update_batches (the minibatch dicts the update
-    received, with their ``rows``), grad_norms, kl_for_controller, kl_coef_after, logged_kl, logged_kl_coef.
+    received, with their ``rows``), grad_norms, kl_for_controller, kl_coef_after, logged_kl, logged_kl_coef, metrics.
     """
     import ppo_core.trainer as trainer_module
 
@@ -104,6 +104,7 @@ def run_package_step(trainer: PPOTrainer, fixed: dict, monkeypatch) -> dict:
         "kl_coef_after": trainer.kl_ctl.value,
         "logged_kl": logged(metrics, "kl/to_ref", "params/kl_to_ref"),
         "logged_kl_coef": logged(metrics, "kl/coef", "params/kl_coef"),
+        "metrics": metrics,
     }
 
 
@@ -314,3 +315,12 @@ def test_ratio_check_on_the_first_minibatch_only(tiny_model_path, tmp_path, monk
         run_package_step(
             make_trainer(tiny_model_path, tmp_path / "b", cfg, check_ratio=True), fixed_rollout, monkeypatch
         )
+
+
+def test_logged_update_stats_average_the_minibatch_updates(tiny_model_path, tmp_path, monkeypatch, fixed_rollout):
+    cfg = {**BASE, "ppo_epochs": 2, "minibatch_size": 4}
+    got = run_package_step(make_trainer(tiny_model_path, tmp_path / "run", cfg), fixed_rollout, monkeypatch)
+    stats = [mb["stats"] for mb in got["update_batches"]]
+    for key in ("loss/policy", "loss/value", "loss/total", "params/grad_norm"):
+        assert got["metrics"][key] == pytest.approx(sum(s[key] for s in stats) / len(stats), rel=1e-12), key
+    assert got["metrics"]["params/skipped"] == 0.0
