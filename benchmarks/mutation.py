@@ -13,9 +13,11 @@ mutant survived. Not part of the test command: it takes minutes (run it through 
 """
 
 import argparse
+import fnmatch
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -42,6 +44,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help=f"comma-separated targets among {', '.join(TARGETS)}")
     parser.add_argument("--max-children", type=int, default=2, help="parallel mutant workers")
+    parser.add_argument("--time-limit", type=float, default=None, help="stop mutmut after this many seconds")
+    parser.add_argument("--report-only", action="store_true", help="only report the verdicts already in mutants/")
     args = parser.parse_args(argv)
     targets = [t for t in args.only.split(",") if t] or list(TARGETS)
     unknown = [t for t in targets if t not in TARGETS]
@@ -51,30 +55,45 @@ def main(argv=None) -> int:
     mutmut = shutil.which("mutmut", path=str(Path(sys.executable).parent)) or shutil.which("mutmut")
     if mutmut is None:
         sys.exit("mutmut is not installed; pip install -r benchmarks/requirements-mutation.txt")
-    shutil.rmtree(ROOT / "mutants", ignore_errors=True)  # a fresh run: no verdict cached from other code
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the tests must import the mutants
-    cmd = [mutmut, "run", "--max-children", str(args.max_children), *names]
-    print("$", " ".join(cmd[1:]), flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    out = proc.stdout.replace("\r", "\n")
-    print("\n".join(line for line in out.splitlines() if line.strip() and not RESULT.match(line)))
-    if proc.returncode:
-        print(proc.stderr[-3000:])
-        return proc.returncode
-    emoji_status = {"🎉": "killed", "🙁": "survived", "⏰": "timeout", "🤔": "suspicious", "🫥": "no tests",
-                    "🔇": "skipped", "💥": "segfault", "?": "not checked"}  # fmt: skip
-    verdicts = {m.group(2): emoji_status.get(m.group(1), m.group(1)) for m in map(RESULT.match, out.splitlines()) if m}
+    partial = ""
+    if not args.report_only:
+        shutil.rmtree(ROOT / "mutants", ignore_errors=True)  # a fresh run: no verdict cached from other code
+        cmd = [mutmut, "run", "--max-children", str(args.max_children), *names]
+        print("$", " ".join(cmd[1:]), flush=True)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)  # fmt: skip
+        try:
+            out, err = proc.communicate(timeout=args.time_limit)
+        except subprocess.TimeoutExpired:  # stop mutmut and its workers; it keeps every verdict it reached in mutants/
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            partial = f" (PARTIAL: stopped after --time-limit {args.time_limit:g} s)"
+        out = out.replace("\r", "\n")
+        if proc.returncode and not partial:
+            print(out[-3000:], err[-3000:])
+            return proc.returncode
+        lines = [line for line in out.splitlines() if line.strip() and not RESULT.match(line)]
+        print("\n".join(dict.fromkeys(lines)))  # the progress line repeats; each distinct one once
+    listing = subprocess.run([mutmut, "results", "--all", "true"], cwd=ROOT, env=env, capture_output=True, text=True)
+    verdicts = {}
+    for line in listing.stdout.splitlines():  # "    ppo_core.kl.x_kl_penalty__mutmut_1: killed"
+        name, _, status = line.strip().rpartition(": ")
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in names):
+            verdicts[name] = status
     by_module = Counter((name.split(".")[1], status) for name, status in verdicts.items())
     print("\nper module:")
     for module in dict.fromkeys(name.split(".")[1] for name in verdicts):
         counts = {s: n for (m, s), n in by_module.items() if m == module}
         print(f"  {module:9s} " + ", ".join(f"{s} {n}" for s, n in sorted(counts.items())))
-    survivors = [n for n, s in verdicts.items() if s != "killed"]
+    survivors = [n for n, s in verdicts.items() if s not in ("killed", "not checked")]
     for name in survivors:
         diff = subprocess.run([mutmut, "show", name], cwd=ROOT, env=env, capture_output=True, text=True).stdout
         print(f"\n{verdicts[name]}: {diff.strip()}")
     killed = sum(s == "killed" for s in verdicts.values())
-    print(f"\nmutation score: {killed}/{len(verdicts)} mutants killed ({100 * killed / max(len(verdicts), 1):.1f} %)")
+    checked = sum(s != "not checked" for s in verdicts.values())
+    score = f"{killed}/{checked} checked mutants killed ({100 * killed / max(checked, 1):.1f} %)"
+    print(f"\nmutation score{partial}: {score}; {len(verdicts) - checked} of {len(verdicts)} not checked")
     return 1 if survivors else 0
 
 
