@@ -32,10 +32,10 @@ TARGETS = {
     "gae": ["ppo_core.gae.*"],
     "losses": ["ppo_core.losses.*"],
     "update": ["ppo_core.update.*"],
-    "trainer": ["ppo_core.trainer.xǁPPOTrainerǁstep__mutmut_*", "ppo_core.trainer.xǁPPOTrainerǁupdate__mutmut_*"],
+    "trainer": ["ppo_core.trainer.xǁPPOTrainerǁlearn__mutmut_*", "ppo_core.trainer.xǁPPOTrainerǁupdate__mutmut_*"],
 }
-"""mutmut's names of the mutants to run, by target: whole modules, and the methods of the trainer that
-compute the algorithm box (steps 3-6)."""
+"""mutmut's names of the mutants to run, by target: whole modules, and the trainer's steps 3-6 (``learn`` and
+its ``update``; steps 1-2, ``collect``, sample and score, which tests/test_rollout.py covers)."""
 
 RESULT = re.compile(r"^(\S+) (ppo_core\.\S+__mutmut_\d+)$")
 

@@ -8,8 +8,6 @@ The old logprobs and values are perturbed away from the model's, so the policy a
 are active from the first minibatch (the ratio check is off for that reason).
 """
 
-import math
-
 import pytest
 import torch
 from reference_ppo_step import reference_step
@@ -23,16 +21,16 @@ B, P, T = 8, 5, 6
 
 # ---- the one adapter to the package's step -------------------------------------------------------
 def run_package_step(trainer: PPOTrainer, fixed: dict, monkeypatch) -> dict:
-    """Run the package's PPO step on the scored rollout ``fixed`` and return what it computed.
+    """Run steps 3-6 of the package's PPO step (``trainer.learn``) on the scored rollout ``fixed``.
 
-    Sampling and scoring are stubbed to hand back ``fixed``; spies record what the reward, GAE, the
-    minibatch update and the KL controller received. Returned keys (tensors (B, T) unless said):
-    kl, kl_coef_used, rewards, advantages_raw, returns (the step's), advantages (as the update saw
-    them), schedule (per epoch, lists of row indices), update_batches (the minibatch dicts the update
-    received, with their ``rows``), grad_norms, kl_for_controller, kl_coef_after, logged_kl, logged_kl_coef, metrics.
+    ``learn`` takes the rollout ``collect`` would have sampled and scored, so nothing is stubbed; spies
+    record what the minibatch update and the KL controller received. Returned keys (tensors (B, T)
+    unless said): from ``trainer.last_step``: kl, kl_coef_used, rewards, advantages_raw, returns,
+    advantages, schedule (per epoch, lists of row indices), kl_for_controller; update_batches (the
+    minibatch dicts the update received, with the ``rows`` they hold), grad_norms (one per minibatch),
+    controller_inputs (what ``kl_ctl.update`` was called with), kl_coef_after, logged_kl and logged_kl_coef
+    (what ``learn`` logged), metrics (learn's).
     """
-    import ppo_core.trainer as trainer_module
-
     seen: dict = {"batches": [], "controller": []}
     ro = Rollout(
         input_ids=fixed["input_ids"].clone(),
@@ -40,28 +38,11 @@ def run_package_step(trainer: PPOTrainer, fixed: dict, monkeypatch) -> dict:
         prompt_len=fixed["prompt_len"],
         response_ids=fixed["response_ids"].clone(),
         mask=fixed["mask"].clone(),
-        completions=[str(b) for b in range(B)],  # the stub reward reads the row index from here
+        scores=fixed["scores"].clone(),
+        logprobs=fixed["logprobs"].clone(),
+        values=fixed["values"].clone(),
+        ref_logprobs=fixed["ref_logprobs"].clone(),
     )
-
-    def fake_score(actor, ref, rollout, temperature, batch_size):
-        rollout.logprobs, rollout.values = fixed["logprobs"].clone(), fixed["values"].clone()
-        rollout.ref_logprobs = fixed["ref_logprobs"].clone()
-        return rollout
-
-    def spy(name, fn):
-        def wrapped(*args, **kwargs):
-            out = fn(*args, **kwargs)
-            seen[name] = (args, kwargs, out)
-            return out
-
-        return wrapped
-
-    monkeypatch.setattr(trainer, "_sample", lambda records, n: ro)
-    monkeypatch.setattr(trainer_module, "score", fake_score)
-    monkeypatch.setattr(trainer, "reward_fn", lambda completion, answer: float(fixed["scores"][int(completion)]))
-    monkeypatch.setattr(trainer, "correct_fn", lambda completion, answer: False)
-    monkeypatch.setattr(trainer_module, "token_rewards", spy("token_rewards", trainer_module.token_rewards))
-    monkeypatch.setattr(trainer_module, "compute_gae", spy("compute_gae", trainer_module.compute_gae))
     update = trainer.minibatch_update
 
     def update_spy(actor, optimizer, mb, **kwargs):
@@ -72,35 +53,26 @@ def run_package_step(trainer: PPOTrainer, fixed: dict, monkeypatch) -> dict:
     monkeypatch.setattr(trainer, "minibatch_update", update_spy)
     controller_update = trainer.kl_ctl.update
     monkeypatch.setattr(
-        trainer.kl_ctl, "update", lambda kl, n: seen["controller"].append(kl) or controller_update(kl, n)
+        trainer.kl_ctl, "update", lambda kl, n: seen["controller"].append((kl, n)) or controller_update(kl, n)
     )
-
-    metrics = trainer.step()
-
-    (_, kl, _, kl_coef), _, rewards = seen["token_rewards"]
-    _, _, (advantages_raw, returns) = seen["compute_gae"]
+    metrics = trainer.learn(ro)
+    record = trainer.last_step
     for mb in seen["batches"]:  # which rollout rows each minibatch holds (every input row is unique)
         same = (mb["input_ids"][:, None, :] == fixed["input_ids"][None, :, :]).all(-1)  # (b, B)
         assert (same.sum(1) == 1).all()
         mb["rows"] = same.int().argmax(1).tolist()
-    per_epoch = math.ceil(B / trainer.cfg.ppo.minibatch_size)
-    batches = seen["batches"]
-    schedule = [[mb["rows"] for mb in batches[e : e + per_epoch]] for e in range(0, len(batches), per_epoch)]
-    advantages = torch.zeros_like(advantages_raw)
-    for mb in batches[:per_epoch]:
-        advantages[mb["rows"]] = mb["advantages"]
-    assert len(seen["controller"]) == 1
     return {
-        "kl": kl,
-        "kl_coef_used": kl_coef,
-        "rewards": rewards,
-        "advantages_raw": advantages_raw,
-        "returns": returns,
-        "advantages": advantages,
-        "schedule": schedule,
-        "update_batches": batches,
-        "grad_norms": [mb["stats"]["params/grad_norm"] for mb in batches],
-        "kl_for_controller": seen["controller"][0],
+        "kl": record.kl,
+        "kl_coef_used": record.kl_coef_used,
+        "rewards": record.rewards,
+        "advantages_raw": record.advantages_raw,
+        "returns": record.returns,
+        "advantages": record.advantages,
+        "schedule": [[idx.tolist() for idx in epoch] for epoch in record.schedule],
+        "kl_for_controller": record.kl_for_controller,
+        "update_batches": seen["batches"],
+        "grad_norms": [mb["stats"]["params/grad_norm"] for mb in seen["batches"]],
+        "controller_inputs": seen["controller"],
         "kl_coef_after": trainer.kl_ctl.value,
         "logged_kl": logged(metrics, "kl/to_ref", "params/kl_to_ref"),
         "logged_kl_coef": logged(metrics, "kl/coef", "params/kl_coef"),
@@ -283,6 +255,7 @@ def test_fixed_controller_keeps_kl_coef(tiny_model_path, tmp_path, monkeypatch, 
 def test_controller_gets_the_logged_kl(tiny_model_path, tmp_path, monkeypatch, fixed_rollout):
     cfg = {**BASE, "adaptive_kl": True, "kl_estimator": "k3"}
     got = run_package_step(make_trainer(tiny_model_path, tmp_path / "run", cfg), fixed_rollout, monkeypatch)
+    assert got["controller_inputs"] == [(got["logged_kl"], B)]  # once, with the logged KL and the batch size
     assert got["kl_for_controller"] == got["logged_kl"]
     assert got["logged_kl_coef"] == got["kl_coef_used"] == cfg["kl_coef"]  # logged: the coef the reward used
 
@@ -292,6 +265,7 @@ def test_update_sees_the_steps_tensors(tiny_model_path, tmp_path, monkeypatch, f
     cfg = {**BASE, "ppo_epochs": 2, "minibatch_size": 4}
     got = run_package_step(make_trainer(tiny_model_path, tmp_path / "run", cfg), fixed_rollout, monkeypatch)
     assert len(got["update_batches"]) == 4
+    assert [mb["rows"] for mb in got["update_batches"]] == [rows for epoch in got["schedule"] for rows in epoch]
     for mb in got["update_batches"]:
         rows = mb["rows"]
         assert torch.equal(mb["returns"], got["returns"][rows])
@@ -324,3 +298,9 @@ def test_logged_update_stats_average_the_minibatch_updates(tiny_model_path, tmp_
     for key in ("loss/policy", "loss/value", "loss/total", "params/grad_norm"):
         assert got["metrics"][key] == pytest.approx(sum(s[key] for s in stats) / len(stats), rel=1e-12), key
     assert got["metrics"]["params/skipped"] == 0.0
+    mask, values = fixed_rollout["mask"], fixed_rollout["values"]
+    returns = got["returns"][mask].double()
+    explained = 1 - (returns - values[mask].double()).var() / returns.var()
+    assert logged(got["metrics"], "value/explained_variance", "params/explained_variance") == pytest.approx(
+        explained.item(), rel=1e-5
+    )
