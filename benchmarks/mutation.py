@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,8 +46,14 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="", help=f"comma-separated targets among {', '.join(TARGETS)}")
     parser.add_argument("--max-children", type=int, default=2, help="parallel mutant workers")
     parser.add_argument("--time-limit", type=float, default=None, help="stop mutmut after this many seconds")
+    parser.add_argument("--until", default=None, help="HH:MM (UTC): stop mutmut then at the latest (a shared queue)")
     parser.add_argument("--report-only", action="store_true", help="only report the verdicts already in mutants/")
     args = parser.parse_args(argv)
+    if args.until:
+        now = datetime.now(UTC)
+        hour, minute = map(int, args.until.split(":"))
+        left = (now.replace(hour=hour, minute=minute, second=0, microsecond=0) - now).total_seconds()
+        args.time_limit = max(0.0, min(left, args.time_limit or left))
     targets = [t for t in args.only.split(",") if t] or list(TARGETS)
     unknown = [t for t in targets if t not in TARGETS]
     if unknown:
