@@ -41,16 +41,16 @@ def ppo_loss(
     with torch.no_grad():
         max_log_ratio = (logprobs - mb["old_logprobs"]).abs().masked_fill(~mask, 0).max().item()
     stats = {
-        "loss/policy": pg_loss.item(),
-        "loss/value": vf_loss.item(),
-        "loss/entropy": ent_loss.item(),
+        "policy/loss": pg_loss.item(),
+        "value/loss": vf_loss.item(),
+        "policy/entropy_loss": ent_loss.item(),
         "loss/total": loss.item(),
-        "params/policy_clipfrac": pg_stats["clipfrac"],
-        "params/value_clipfrac": vf_stats["clipfrac"],
-        "params/approx_kl": pg_stats["approx_kl"],
-        "params/ratio_mean": pg_stats["ratio_mean"],
-        "params/entropy": ent_stats["entropy"],
-        "params/max_abs_log_ratio": max_log_ratio,
+        "policy/clipfrac": pg_stats["clipfrac"],
+        "value/clipfrac": vf_stats["clipfrac"],
+        "policy/approx_kl": pg_stats["approx_kl"],
+        "policy/ratio_mean": pg_stats["ratio_mean"],
+        "policy/entropy": ent_stats["entropy"],
+        "policy/max_abs_log_ratio": max_log_ratio,
     }
     return loss, stats
 
@@ -74,8 +74,8 @@ def minibatch_update(
 
     ``ratio_tol``: if set, raise RatioCheckError when any |log ratio| exceeds it (use it on the first
     minibatch of the first epoch, where the policy has not moved yet and the ratio must be 1).
-    Returns the stats averaged over micro-batches, with ``params/grad_norm`` (before clipping) and
-    ``params/skipped`` (1 if the step was skipped for a non-finite loss or gradient).
+    Returns the stats averaged over micro-batches, with ``train/grad_norm`` (before clipping) and
+    ``train/skipped`` (1 if the step was skipped for a non-finite loss or gradient).
     ``loss_fn``: the loss of one micro-batch, ``ppo_loss`` (chapter 05's checker passes mistaken ones).
     """
     n = mb["input_ids"].shape[0]
@@ -85,9 +85,9 @@ def minibatch_update(
     for idx in micro:
         part = {k: (v[idx] if torch.is_tensor(v) else v) for k, v in mb.items()}
         loss, stats = loss_fn(actor, part, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature)
-        if ratio_tol is not None and stats["params/max_abs_log_ratio"] > ratio_tol:
+        if ratio_tol is not None and stats["policy/max_abs_log_ratio"] > ratio_tol:
             raise RatioCheckError(
-                f"before any update the policy/old log-ratio reached {stats['params/max_abs_log_ratio']:.2e} "
+                f"before any update the policy/old log-ratio reached {stats['policy/max_abs_log_ratio']:.2e} "
                 f"(> {ratio_tol:g}): the training forward does not reproduce the rollout's logprobs "
                 "(dropout on? a different temperature, slice or position ids?)"
             )
@@ -100,6 +100,6 @@ def minibatch_update(
     if finite:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    totals["params/grad_norm"] = float(grad_norm)
-    totals["params/skipped"] = 0.0 if finite else 1.0
+    totals["train/grad_norm"] = float(grad_norm)
+    totals["train/skipped"] = 0.0 if finite else 1.0
     return totals
