@@ -71,7 +71,7 @@ def run_package_step(trainer: PPOTrainer, fixed: dict, monkeypatch) -> dict:
         "schedule": [[idx.tolist() for idx in epoch] for epoch in record.schedule],
         "kl_for_controller": record.kl_for_controller,
         "update_batches": seen["batches"],
-        "grad_norms": [mb["stats"]["params/grad_norm"] for mb in seen["batches"]],
+        "grad_norms": [mb["stats"]["train/grad_norm"] for mb in seen["batches"]],
         "controller_inputs": seen["controller"],
         "kl_coef_after": trainer.kl_ctl.value,
         "logged_kl": logged(metrics, "kl/to_ref", "params/kl_to_ref"),
@@ -284,7 +284,7 @@ def test_ratio_check_on_the_first_minibatch_only(tiny_model_path, tmp_path, monk
     exact = {**fixed_rollout, "logprobs": fixed_rollout["true_logprobs"]}
     got = run_package_step(make_trainer(tiny_model_path, tmp_path / "a", cfg, check_ratio=True), exact, monkeypatch)
     assert len(got["update_batches"]) == 4
-    assert max(mb["stats"]["params/max_abs_log_ratio"] for mb in got["update_batches"][1:]) > 1e-3
+    assert max(mb["stats"]["policy/max_abs_log_ratio"] for mb in got["update_batches"][1:]) > 1e-3
     with pytest.raises(RatioCheckError):
         run_package_step(
             make_trainer(tiny_model_path, tmp_path / "b", cfg, check_ratio=True), fixed_rollout, monkeypatch
@@ -295,9 +295,9 @@ def test_logged_update_stats_average_the_minibatch_updates(tiny_model_path, tmp_
     cfg = {**BASE, "ppo_epochs": 2, "minibatch_size": 4}
     got = run_package_step(make_trainer(tiny_model_path, tmp_path / "run", cfg), fixed_rollout, monkeypatch)
     stats = [mb["stats"] for mb in got["update_batches"]]
-    for key in ("loss/policy", "loss/value", "loss/total", "params/grad_norm"):
+    for key in ("policy/loss", "value/loss", "loss/total", "train/grad_norm"):
         assert got["metrics"][key] == pytest.approx(sum(s[key] for s in stats) / len(stats), rel=1e-12), key
-    assert got["metrics"]["params/skipped"] == 0.0
+    assert got["metrics"]["train/skipped"] == 0.0
     mask, values = fixed_rollout["mask"], fixed_rollout["values"]
     returns = got["returns"][mask].double()
     explained = 1 - (returns - values[mask].double()).var() / returns.var()
