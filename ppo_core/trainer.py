@@ -168,7 +168,8 @@ class PPOTrainer:
         self.kl_ctl.update(kl_to_ref, ro.input_ids.shape[0])
         self.last_step = StepRecord(kl, rewards, advantages_raw, advantages, returns, schedule, kl_coef, kl_to_ref)
         self.times["time/update"] = time.perf_counter() - t0
-        self.times["time/step"] = sum(self.times[k] for k in ("time/rollout", "time/score", "time/update"))
+        # learn also runs on a rollout that collect did not time (tests, a rollout built by hand)
+        self.times["time/step"] = sum(self.times.get(k, 0.0) for k in ("time/rollout", "time/score", "time/update"))
         return {
             "kl/to_ref": kl_to_ref,
             "kl/coef": kl_coef,
