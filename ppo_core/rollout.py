@@ -24,6 +24,7 @@ depend on luck; a bf16 or fp16 policy gets the full forward. The reference model
 and always runs in full.
 """
 
+import contextlib
 import warnings
 from dataclasses import dataclass, field
 
@@ -33,8 +34,9 @@ from transformers import DynamicCache, GenerationConfig
 from .logprobs import logprobs_from_logits
 from .masking import response_mask
 from .model import lm_logits, position_ids_from_mask
+from .run.precision import autocast, compute_dtype
 
-__all__ = ["Rollout", "tokenize_prompts", "sample", "score", "sampling_config"]
+__all__ = ["Rollout", "tokenize_prompts", "sample", "score", "sampling_config", "stop_token_ids"]
 
 
 @dataclass
@@ -62,29 +64,96 @@ class Rollout:
         return slice(self.prompt_len - 1, self.prompt_len + T - 1)
 
 
-def sampling_config(tokenizer, max_new_tokens: int, temperature: float | None) -> GenerationConfig:
-    """Plain ancestral sampling from softmax(logits / temperature): no top-k, top-p or penalties.
+def stop_token_ids(lm, tokenizer) -> list[int]:
+    """Every id that ends a response: the tokenizer's EOS first, then the model's ``generation_config.eos_token_id``.
 
-    We replace the model's own generation config (chat models ship top_k / top_p / repetition
-    penalties), because PPO's logprobs must be those of the distribution that really sampled.
-    ``temperature=None`` means greedy decoding (for evaluation).
+    Chat checkpoints stop on more than one token (Qwen2.5-Instruct: ``<|im_end|>`` and ``<|endoftext|>``),
+    while their tokenizer names only one; asking the tokenizer alone would let a response run on past
+    the second one and count what follows.
+    """
+    ids = [tokenizer.eos_token_id]
+    extra = getattr(getattr(lm, "generation_config", None), "eos_token_id", None)
+    ids += extra if isinstance(extra, (list, tuple)) else [extra]
+    return list(dict.fromkeys(int(i) for i in ids if i is not None))
+
+
+def sampling_config(tokenizer, max_new_tokens: int, temperature: float | None, stop_ids=None) -> GenerationConfig:
+    """Plain ancestral sampling from softmax(logits / temperature): no top-k, top-p, penalties or bans.
+
+    Every field that changes which token is drawn is set, to its neutral value, because ``generate``
+    fills each field left unset from the model's own ``generation_config`` (transformers 5,
+    ``_prepare_generation_config``), and chat models ship top-k, top-p, a temperature and a repetition
+    penalty there. PPO's logprobs must be those of the distribution that really sampled. ``sample``
+    also hides the model's own config during the call (``_own_generation_config``).
+    ``temperature=None`` means greedy decoding (for evaluation). ``stop_ids``: every EOS id
+    (``stop_token_ids``); default the tokenizer's one.
     """
     greedy = temperature is None
     return GenerationConfig(
         do_sample=not greedy,
-        temperature=None if greedy else temperature,
-        top_k=None if greedy else 0,
-        top_p=None if greedy else 1.0,
+        temperature=1.0 if greedy else temperature,
+        top_k=0,
+        top_p=1.0,
+        min_p=None,
+        typical_p=1.0,
+        epsilon_cutoff=0.0,
+        eta_cutoff=0.0,
+        top_h=None,
+        repetition_penalty=1.0,
+        encoder_repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        encoder_no_repeat_ngram_size=0,
+        length_penalty=1.0,
+        bad_words_ids=None,
+        sequence_bias=None,
+        suppress_tokens=None,
+        begin_suppress_tokens=None,
+        forced_bos_token_id=None,
+        forced_eos_token_id=None,
+        exponential_decay_length_penalty=None,
+        renormalize_logits=False,
+        remove_invalid_values=False,
+        guidance_scale=None,
+        watermarking_config=None,
+        num_beams=1,
+        num_return_sequences=1,
+        min_length=0,
+        min_new_tokens=None,
         max_new_tokens=max_new_tokens,
+        stop_strings=None,
         pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        eos_token_id=list(stop_ids) if stop_ids else tokenizer.eos_token_id,
         bos_token_id=tokenizer.bos_token_id,
     )
 
 
+@contextlib.contextmanager
+def _own_generation_config(lm, gen_cfg: GenerationConfig):
+    """Make ``gen_cfg`` the model's generation config for the call: ``generate`` then has nothing else to merge."""
+    saved = lm.generation_config
+    lm.generation_config = gen_cfg
+    try:
+        yield gen_cfg
+    finally:
+        lm.generation_config = saved
+
+
+def _adds_bos(tokenizer) -> bool:
+    """Whether encoding with ``add_special_tokens=True`` puts a BOS in front."""
+    bos = tokenizer.bos_token_id
+    return bos is not None and tokenizer("", add_special_tokens=True)["input_ids"][:1] == [bos]
+
+
 def tokenize_prompts(tokenizer, prompts: list[str], max_prompt_len: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded prompt ids and attention mask, (B, P) each; prompts over the limit lose their start."""
+    """Left-padded prompt ids and attention mask, (B, P) each; prompts over the limit lose their start.
+
+    Exactly one BOS, if the tokenizer adds one: a prompt from a chat template that already starts with it
+    (Llama 3's does) is not given a second.
+    """
     tokenizer.padding_side, tokenizer.truncation_side = "left", "left"
+    if _adds_bos(tokenizer):  # a chat template that writes BOS itself: the tokenizer adds it again, so drop one
+        bos = tokenizer.bos_token
+        prompts = [p[len(bos) :] if p.startswith(bos) else p for p in prompts]
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=True)
     if enc["input_ids"].shape[1] > max_prompt_len:
         n = int((enc["attention_mask"].sum(1) > max_prompt_len).sum())
@@ -112,32 +181,40 @@ def sample(
     max_prompt_len: int = 512,
     batch_size: int = 0,
     keep_cache: bool = False,
+    dtype: torch.dtype | None = None,
 ) -> Rollout:
     """Generate one response per prompt (``temperature=None``: greedy). Returns a Rollout without scores.
 
-    ``keep_cache``: keep generate's key/value caches in the Rollout for ``score`` (float32 ``lm`` only);
+    The draw depends on the arguments only, never on ``lm.generation_config`` (see ``sampling_config``);
+    a response ends at the first of ``stop_token_ids`` (the model's EOS ids and the tokenizer's).
+    ``dtype``: the compute dtype (bf16/fp16 run ``generate`` under autocast; None or float32: as the weights are).
+    ``keep_cache``: keep generate's key/value caches in the Rollout for ``score`` (float32 compute only);
     the trainer sets it, callers that never score (evaluation) leave it off and hold no cache.
     """
     device = next(lm.parameters()).device
     ids, attn = tokenize_prompts(tokenizer, prompts, max_prompt_len, device)  # (B, P)
     P = ids.shape[1]
-    gen_cfg = sampling_config(tokenizer, max_new_tokens, temperature)
+    stops = stop_token_ids(lm, tokenizer)
+    gen_cfg = sampling_config(tokenizer, max_new_tokens, temperature, stops)
     gen_cfg.return_dict_in_generate = True
-    keep_cache = keep_cache and next(lm.parameters()).dtype == torch.float32
     chunks, caches = [], []
     step = batch_size or len(prompts)
-    for i in range(0, len(prompts), step):
-        out = lm.generate(input_ids=ids[i : i + step], attention_mask=attn[i : i + step], generation_config=gen_cfg)
-        chunks.append(out.sequences[:, P:])  # (b, T_i) generate pads finished rows with pad_token_id
-        if keep_cache and isinstance(out.past_key_values, DynamicCache):
-            caches.append((i, out.past_key_values))
+    with autocast(device, dtype), _own_generation_config(lm, gen_cfg):
+        keep_cache = keep_cache and compute_dtype(lm) == torch.float32
+        for i in range(0, len(prompts), step):
+            out = lm.generate(input_ids=ids[i : i + step], attention_mask=attn[i : i + step], generation_config=gen_cfg)
+            chunks.append(out.sequences[:, P:])  # (b, T_i) generate pads finished rows with pad_token_id
+            if keep_cache and isinstance(out.past_key_values, DynamicCache):
+                caches.append((i, out.past_key_values))
     T = max(c.shape[1] for c in chunks)
     response = torch.cat(
         [torch.nn.functional.pad(c, (0, T - c.shape[1]), value=tokenizer.pad_token_id) for c in chunks]
     )
     # generate pads a row only after its EOS, so every token up to the first EOS was sampled and
-    # counts, even one that happens to be the pad id (pad_token_id=-1 matches nothing).
-    mask = response_mask(response, tokenizer.eos_token_id, pad_token_id=-1)  # (B, T)
+    # counts, even one that happens to be the pad id (pad_token_id=-1 matches nothing). Every stop id
+    # is mapped to the first one for the mask.
+    stop = torch.isin(response, torch.tensor(stops, device=response.device))
+    mask = response_mask(torch.where(stop, stops[0], response), stops[0], pad_token_id=-1)  # (B, T)
     T = int(mask.any(0).nonzero().max()) + 1 if mask.any() else 1  # drop columns no row uses
     response, mask = response[:, :T], mask[:, :T]
     completions = tokenizer.batch_decode(torch.where(mask, response, tokenizer.pad_token_id), skip_special_tokens=True)

@@ -37,8 +37,8 @@ from omegaconf import OmegaConf
 from .gae import compute_gae, token_rewards
 from .kl import AdaptiveKLController, FixedKLController, kl_penalty
 from .masking import masked_mean, masked_var, masked_whiten
-from .model import ActorWithValueHead
-from .rollout import sample, score
+from .model import VALUE_HEAD_FILE
+from .rollout import sample, score, stop_token_ids
 from .run.checkpoint import (
     STATE_FILE,
     StopOnSignal,
@@ -54,6 +54,7 @@ from .run.checkpoint import (
 from .run.config import Config, ConfigError
 from .run.guards import DIVERGED_HINT, NonFiniteError, nonfinite_parameters, skip_reason
 from .run.metrics import MetricsLogger, last_logged_step, plot_dashboard, read_metrics
+from .run.precision import load_weights_
 from .run.setup import build_optimizer, fit_prompt_len, load_models, load_task, resolve_device
 from .update import minibatch_update
 
@@ -176,7 +177,8 @@ class PPOTrainer:
         )
         kl_coef = self.kl_ctl.value
         self.kl_ctl.update(kl_to_ref, len(records))
-        eos = ((ro.response_ids == self.tokenizer.eos_token_id) & ro.mask).any(1)
+        stops = torch.tensor(stop_token_ids(self.actor.lm, self.tokenizer), device=ro.response_ids.device)
+        eos = (torch.isin(ro.response_ids, stops) & ro.mask).any(1)
         metrics = {
             "rollout/reward_mean": scores.mean().item(),
             "rollout/correct_rate": float(
@@ -261,6 +263,7 @@ class PPOTrainer:
                 cfg.data.max_prompt_len,
                 cfg.rollout.generation_batch_size,
                 keep_cache=True,
+                dtype=self.actor.compute_dtype,
             )
         except RuntimeError as err:  # torch.multinomial on NaN/inf probabilities
             if "probability tensor contains" not in str(err):
@@ -389,8 +392,9 @@ class PPOTrainer:
                 f"resuming {path} with settings that differ from its run ({'; '.join(changed)}): "
                 "the continuation will not match an uninterrupted run"
             )
-        loaded = ActorWithValueHead.from_pretrained(str(path))
-        self.actor.load_state_dict(loaded.state_dict())
+        load_weights_(self.actor.lm, path)  # in place, one tensor at a time: no second model in memory
+        head = torch.load(path / VALUE_HEAD_FILE, map_location=self.device, weights_only=True)
+        self.actor.value_head.load_state_dict(head)
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device, weights_only=False))
         self.step_count, self.kl_ctl.value = state["step"], state["kl_coef"]
         torch.set_rng_state(state["torch_rng"])

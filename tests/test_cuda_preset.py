@@ -19,8 +19,8 @@ FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k_tiny.jsonl"
 
 @pytest.mark.slow
 def test_cuda_preset_runs_on_the_cpu_against_a_hub_shaped_model(tmp_path):
-    from ppo_core.config import load_config
-    from ppo_core.hub_model import build_hub_model
+    from ppo_core.run.config import load_config
+    from ppo_core.tasks.hub_model import build_hub_model
     from ppo_core.train import main
 
     lines = FIXTURE.read_text().splitlines()

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from .config import load_config
+from .precision import DTYPES
 
 __all__ = ["accuracy", "evaluate_checkpoint"]
 
@@ -16,7 +17,10 @@ __all__ = ["accuracy", "evaluate_checkpoint"]
 def accuracy(lm, tokenizer, records: list[dict], cfg, greedy: bool = False, correct_fn=None) -> float:
     """Share of ``records`` answered correctly: greedy, or sampled at ``cfg.rollout.temperature``.
 
-    Seeded from ``cfg.train.seed`` inside a forked RNG, so evaluating never shifts a run's randomness.
+    Seeded from ``cfg.train.seed`` inside a forked RNG, so evaluating never shifts a run's randomness:
+    the fork saves and restores the CPU generator and, for a model on a GPU, that GPU's generator, and
+    only those two are seeded (``torch.manual_seed`` would reseed every GPU, which the fork would not
+    restore). Runs in the compute dtype ``cfg.model.dtype`` (autocast).
     """
     from ..rollout import sample
     from ..tasks.data import build_prompt
@@ -27,8 +31,13 @@ def accuracy(lm, tokenizer, records: list[dict], cfg, greedy: bool = False, corr
     lm.eval()
     bs = cfg.rollout.generation_batch_size or cfg.rollout.batch_size
     hits = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.train.seed + 12345)
+    device = next(lm.parameters()).device
+    gpus = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=gpus):
+        torch.default_generator.manual_seed(cfg.train.seed + 12345)
+        if gpus:
+            with torch.cuda.device(gpus[0]):
+                torch.cuda.manual_seed(cfg.train.seed + 12345)  # the model's GPU only
         for i in range(0, len(records), bs):
             chunk = records[i : i + bs]
             prompts = [build_prompt(r["question"], tokenizer, cfg.data.prompt_style) for r in chunk]
@@ -39,6 +48,7 @@ def accuracy(lm, tokenizer, records: list[dict], cfg, greedy: bool = False, corr
                 cfg.rollout.max_new_tokens,
                 None if greedy else cfg.rollout.temperature,
                 cfg.data.max_prompt_len,
+                dtype=DTYPES[cfg.model.dtype],
             )
             hits += [correct_fn(c, r["answer"]) for c, r in zip(ro.completions, chunk)]
     lm.train(was_training)
@@ -49,7 +59,7 @@ def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> 
     """Load a step_N/final folder and return its held-out sampled and greedy accuracy."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .setup import fit_prompt_len, load_task
+    from .setup import fit_prompt_len, load_task, resolve_device
 
     ckpt = Path(checkpoint)
     if not (ckpt / "config.json").is_file():
@@ -60,7 +70,8 @@ def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> 
     cfg = load_config(preset, list(overrides))
     _, test, _, correct_fn = load_task(cfg)
     test = test[: cfg.train.eval_samples]
-    lm = AutoModelForCausalLM.from_pretrained(ckpt)
+    device = resolve_device(cfg.model.device)
+    lm = AutoModelForCausalLM.from_pretrained(ckpt, dtype=DTYPES[cfg.model.dtype]).to(device)  # the run's own
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
     fit_prompt_len(cfg, lm)
     return {

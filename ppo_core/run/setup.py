@@ -18,7 +18,7 @@ from .config import Config, ConfigError
 
 __all__ = ["resolve_device", "load_task", "load_models", "build_optimizer", "fit_prompt_len", "model_context", "DTYPES"]
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from .precision import DTYPES  # noqa: E402  (re-exported: setup.DTYPES is public)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -105,14 +105,19 @@ def _hub_error(path: str, err: Exception) -> ConfigError:
 
 
 def load_models(cfg: Config, device: torch.device):
-    """(actor with value head, frozen reference LM, tokenizer, path of the initial policy)."""
+    """(actor with value head, frozen reference LM, tokenizer, path of the initial policy).
+
+    Mixed precision the standard way (``ppo_core.precision``): the actor's weights are loaded in float32
+    whatever ``model.dtype`` says, and ``model.dtype`` is the *compute* dtype its forward passes run in
+    (autocast); the frozen reference, which is never updated, is stored in ``model.dtype``.
+    """
     from transformers import AutoModelForCausalLM
 
     m = cfg.model
     path = str(_warm_started_tiny(cfg)) if m.name_or_path == "tiny" else m.name_or_path
     try:
         tokenizer = _load_tokenizer(path)
-        lm = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[m.dtype])
+        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     except (OSError, ValueError) as err:
         raise _hub_error(path, err) from None
     if len(tokenizer) > lm.get_input_embeddings().num_embeddings:
@@ -121,8 +126,8 @@ def load_models(cfg: Config, device: torch.device):
     if m.gradient_checkpointing:
         lm.gradient_checkpointing_enable()
         lm.config.use_cache = False
-    actor = ActorWithValueHead(lm, m.value_head_init_std).to(device)
-    ref = make_reference(actor).to(device)
+    actor = ActorWithValueHead(lm, m.value_head_init_std, compute_dtype=DTYPES[m.dtype]).to(device)
+    ref = make_reference(actor).to(device=device, dtype=DTYPES[m.dtype])
     return actor, ref, tokenizer, path
 
 
