@@ -24,8 +24,10 @@ is what a layer saves for backward, which does not depend on depth). How each is
 
 It also runs one real PPO step (``rollout.sample`` -> ``rollout.score`` -> ``update.minibatch_update``)
 of the 2-layer model and prints the process's peak RSS. The analytic column is the formula in
-``analytic()``; the two agree exactly where the formula is exact (weights, optimizer, KV cache) and
-show how rough the usual activation formula is. A GPU adds the CUDA context (~0.3-0.5 GB) and the
+``analytic()``: exact counts for weights, optimizer state and KV cache; for activations, a formula
+written from the list of tensors a small Qwen2 layer saves under bf16 autocast with eager attention,
+so its agreement at full width checks the extrapolation, not an independent derivation. Flash or SDPA
+attention on a GPU does not keep the S x S scores, so there activations are lower. A GPU adds the CUDA context (~0.3-0.5 GB) and the
 allocator's fragmentation, which a CPU run cannot see.
 """
 

@@ -17,10 +17,11 @@ ones whose outputs score the response)::
 
 Prompts are most of the tokens (about 75 % in the course's CPU run), so this removes most of the
 actor's scoring forward. The result equals a full forward up to float rounding (measured on the
-tiny model: within 1e-6 nats in float32, against a ratio-check tolerance of 1e-4). We use it for a
-float32 policy only: on a GPU a cached prefix and a full forward run different kernels, whose bf16
-roundings we could not measure (on a CPU they agreed exactly), and the ratio = 1 check must not
-depend on luck; a bf16 or fp16 policy gets the full forward. The reference model has other weights
+tiny model: within 1e-6 nats in float32, against a ratio-check tolerance of 1e-4). We use it for
+float32 compute only (the compute dtype, ``run.precision.compute_dtype``: float32 weights under bf16
+autocast count as bf16): on a GPU a cached prefix and a full forward run different kernels, whose
+bf16 roundings we could not measure (on a CPU they agreed exactly), and the ratio = 1 check must not
+depend on luck; bf16 or fp16 compute gets the full forward. The reference model has other weights
 and always runs in full.
 """
 
@@ -52,7 +53,7 @@ class Rollout:
     logprobs: torch.Tensor | None = None  # (B, T) old policy, at the sampling temperature
     values: torch.Tensor | None = None  # (B, T) old values
     ref_logprobs: torch.Tensor | None = None  # (B, T) frozen reference
-    # generate's caches, [(first row, cache)] per generation chunk, and the LM that made them (float32 only);
+    # generate's caches, [(first row, cache)] per generation chunk, and the LM that made them (float32 compute);
     # score() uses and then drops them
     caches: list | None = field(default=None, repr=False)
     cache_lm: torch.nn.Module | None = field(default=None, repr=False)

@@ -187,6 +187,6 @@ def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
             return bnb.optim.AdamW8bit(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
         warnings.warn(
             f"ppo.optimizer=adamw8bit but bitsandbytes cannot run here ({why}); falling back to torch AdamW, "
-            "whose two moment estimates take 2 (bf16) to 4 (fp32) times the memory of 8-bit ones"
+            "whose two float32 moment estimates take 4 times the memory of 8-bit ones"
         )
     return torch.optim.AdamW(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
