@@ -252,3 +252,30 @@ def test_bf16_compute_moves_the_weights_like_float32(tiny_model_path, tmp_path):
         moved[dtype] = (num / sum(float(b.pow(2).sum()) for b in before)) ** 0.5
     ratio = moved["bfloat16"] / moved["float32"]
     assert 0.5 < ratio < 2.0, f"relative weight movement: {moved} (bf16 / float32 = {ratio:.3f})"
+
+
+def test_bf16_resume_repeats_the_run(tiny_model_path, tmp_path):
+    """Checkpoints hold the float32 master weights, so a bf16-compute run resumed from step_1 repeats steps 2-3."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from ppo_core.run.metrics import read_metrics
+    from ppo_core.train import main
+
+    def run(out, *extra):
+        over = _tiny_overrides(tiny_model_path, out, 3, "model.dtype=bfloat16", "train.save_every=1",
+                               "train.keep_last=5", "train.tensorboard=false", *extra)  # fmt: skip
+        assert main(over) == 0
+
+    ref = tmp_path / "ref"
+    run(ref)
+    weights = load_file(ref / "step_1" / "model.safetensors")
+    assert all(w.dtype == torch.float32 for w in weights.values())
+    out = shutil.copytree(ref, tmp_path / "resumed")
+    with pytest.warns(UserWarning, match="moved later checkpoints"):
+        run(out, f"train.resume={out / 'step_1'}")
+    untimed = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]  # noqa: E731
+    assert untimed(read_metrics(out)) == untimed(read_metrics(ref))
+    a, b = load_file(out / "final" / "model.safetensors"), load_file(ref / "final" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
