@@ -6,11 +6,11 @@ The layers, from the commands a user types down to the maths a learner derives:
     │ commands     train.py, evaluate.py: python -m ppo_core.train / ppo_core.evaluate │
     ├──────────────────────────────────────────────────────────────────────────────────┤
     │ run/         config (+ configs/*.yaml), setup, checkpoint, guards, metrics,      │
-    │              evaluation, cli: everything a real run needs around the PPO step    │
+    │              evaluation, cli, precision: what a real run needs around the step   │
     ├──────────────────────────────────────────────────────────────────────────────────┤
     │ ch 05 loop   trainer (the algorithm box), update, rollout, model                 │
     ├──────────────────────────────────────────────────────────────────────────────────┤
-    │ tasks/       rewards, data (GSM8K), synthetic, tiny, warmstart                   │
+    │ tasks/       rewards, data (GSM8K), synthetic, tiny, warmstart, hub_model        │
     ├──────────────────────────────────────────────────────────────────────────────────┤
     │ ch 01-04     logprobs, masking, kl, gae, losses: pure functions on tensors       │
     └──────────────────────────────────────────────────────────────────────────────────┘
