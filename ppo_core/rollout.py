@@ -90,15 +90,19 @@ def sampling_config(tokenizer, max_new_tokens: int, temperature: float | None, s
     (``stop_token_ids``); default the tokenizer's one.
     """
     greedy = temperature is None
+
+    def warper(neutral):  # the warpers act only when sampling; greedy leaves them unset (no warnings)
+        return None if greedy else neutral
+
     return GenerationConfig(
         do_sample=not greedy,
-        temperature=1.0 if greedy else temperature,
-        top_k=0,
-        top_p=1.0,
+        temperature=warper(temperature),
+        top_k=warper(0),
+        top_p=warper(1.0),
         min_p=None,
-        typical_p=1.0,
-        epsilon_cutoff=0.0,
-        eta_cutoff=0.0,
+        typical_p=warper(1.0),
+        epsilon_cutoff=warper(0.0),
+        eta_cutoff=warper(0.0),
         top_h=None,
         repetition_penalty=1.0,
         encoder_repetition_penalty=1.0,
