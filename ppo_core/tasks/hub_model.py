@@ -16,7 +16,7 @@ takes:
 * a ``generation_config.json`` with a chat model's **sampling defaults** (``do_sample``,
   temperature 0.7, top-k 20, top-p 0.8, repetition penalty 1.1, as Qwen2.5-Instruct ships);
 * a Qwen2 architecture (grouped-query attention, q/k/v biases, RMSNorm, rotary positions, tied
-  embeddings like Qwen2.5-0.5B/1.5B), a few small layers: ~0.2 M parameters.
+  embeddings like Qwen2.5-0.5B/1.5B), two small layers: about 0.13 M parameters.
 
 ``build_hub_model(cache_dir)`` returns the folder, ``cache_dir/hub-<hash>``; the hash covers the
 settings and the training text, so a second call returns at once (like the warm start's cache).
