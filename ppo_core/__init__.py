@@ -6,11 +6,11 @@ The layers, from the commands a user types down to the maths a learner derives:
     │ commands     train.py, evaluate.py: python -m ppo_core.train / ppo_core.evaluate │
     ├──────────────────────────────────────────────────────────────────────────────────┤
     │ run/         config (+ configs/*.yaml), setup, loop, resume, checkpoint, guards, │
-    │              fastpaths, metrics, evaluation, cli: what a run needs around a step │
+    │              fastpaths, precision, metrics, evaluation, cli: around a step       │
     ├──────────────────────────────────────────────────────────────────────────────────┤
     │ ch 05 loop   trainer (the algorithm box), update, rollout, model                 │
     ├──────────────────────────────────────────────────────────────────────────────────┤
-    │ tasks/       rewards, data (GSM8K), synthetic, tiny, warmstart                   │
+    │ tasks/       rewards, data (GSM8K), synthetic, tiny, warmstart, hub_model        │
     ├──────────────────────────────────────────────────────────────────────────────────┤
     │ ch 01-04     logprobs, masking, kl, gae, losses: pure functions on tensors       │
     └──────────────────────────────────────────────────────────────────────────────────┘

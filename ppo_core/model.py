@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
+from .run.precision import autocast
+
 __all__ = [
     "ActorWithValueHead",
     "lm_logits",
@@ -34,11 +36,23 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+DROPOUT_ATTRIBUTES = ("dropout", "attention_dropout", "attn_dropout", "dropout_p", "hidden_dropout", "resid_dropout")
+"""Float attributes that attention modules copy from the config at init and pass to the attention kernel
+(Llama, Qwen2, Mistral: ``self.attention_dropout = config.attention_dropout``): the config alone is too late."""
+
+
 def disable_dropout(model: nn.Module) -> nn.Module:
-    """Set every dropout probability to 0: PPO's ratio must be 1 before the first update."""
+    """Set every dropout probability to 0: PPO's ratio must be 1 before the first update.
+
+    Three places hold one: ``nn.Dropout`` modules, float attributes that modules copied from the config
+    at init (``DROPOUT_ATTRIBUTES``), and the config itself (for modules built later).
+    """
     for module in model.modules():
         if isinstance(module, nn.Dropout):
             module.p = 0.0
+        for key in DROPOUT_ATTRIBUTES:
+            if isinstance(getattr(module, key, None), float):
+                setattr(module, key, 0.0)
     for key in (
         "dropout",
         "attention_dropout",
@@ -89,9 +103,12 @@ class ActorWithValueHead(nn.Module):
     logits_fn = staticmethod(lm_logits)
     """How ``forward`` runs the LM: ``lm_logits``; ``run.fastpaths.enable`` swaps in a faster equal one."""
 
-    def __init__(self, lm: nn.Module, value_head_init_std: float = 0.0):
+    def __init__(self, lm: nn.Module, value_head_init_std: float = 0.0, compute_dtype: torch.dtype | None = None):
         super().__init__()
         self.lm = disable_dropout(lm)
+        self.compute_dtype = (
+            compute_dtype  # bf16/fp16: the trunk's forward runs under autocast (weights stay as they are)
+        )
         hidden = lm.config.get_text_config().hidden_size
         self.value_head = nn.Linear(hidden, 1, dtype=torch.float32)
         nn.init.normal_(self.value_head.weight, std=value_head_init_std)  # std 0 gives zeros: V starts at 0
@@ -122,8 +139,9 @@ class ActorWithValueHead(nn.Module):
         positions only (the prompt's outputs are never used; skipping them saves time and memory).
         ``past_key_values``: a cache of earlier positions, as in ``lm_logits``.
         """
-        logits, hidden = self.logits_fn(self.lm, input_ids, attention_mask, position_ids, keep, past_key_values)
-        values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)  # (B, L')
+        with autocast(input_ids.device, self.compute_dtype):
+            logits, hidden = self.logits_fn(self.lm, input_ids, attention_mask, position_ids, keep, past_key_values)
+        values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)  # (B, L'), float32
         return logits, values
 
     def generate(self, *args, **kwargs):

@@ -134,6 +134,7 @@ class PPOTrainer:
                 cfg.data.max_prompt_len,
                 cfg.rollout.generation_batch_size,
                 prompt_cache=cache,
+                dtype=self.actor.compute_dtype,
             )
         except RuntimeError as err:  # torch.multinomial on NaN/inf probabilities
             diagnosis = guards.sampling_failed(err, n, self.out)

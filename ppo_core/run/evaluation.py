@@ -13,7 +13,8 @@ from ..tasks import rewards
 from ..tasks.data import build_prompt
 from ..tasks.rewards import is_correct
 from .config import load_config
-from .setup import fit_prompt_len, load_task
+from .precision import DTYPES
+from .setup import fit_prompt_len, load_task, resolve_device
 
 __all__ = ["accuracy", "evaluate_checkpoint"]
 
@@ -21,7 +22,10 @@ __all__ = ["accuracy", "evaluate_checkpoint"]
 def accuracy(lm, tokenizer, records: list[dict], cfg, greedy: bool = False, correct_fn=is_correct) -> float:
     """Share of ``records`` answered correctly: greedy, or sampled at ``cfg.rollout.temperature``.
 
-    Seeded from ``cfg.train.seed`` inside a forked RNG, so evaluating never shifts a run's randomness.
+    Seeded from ``cfg.train.seed`` inside a forked RNG, so evaluating never shifts a run's randomness:
+    the fork saves and restores the CPU generator and, for a model on a GPU, that GPU's generator, and
+    only those two are seeded (``torch.manual_seed`` would reseed every GPU, which the fork would not
+    restore). Runs in the compute dtype ``cfg.model.dtype`` (autocast).
     """
     prompts = [build_prompt(r["question"], tokenizer, cfg.data.prompt_style) for r in records]
     temperature = None if greedy else cfg.rollout.temperature
@@ -35,6 +39,7 @@ def accuracy(lm, tokenizer, records: list[dict], cfg, greedy: bool = False, corr
         cfg.data.max_prompt_len,
         bs,
         seed=cfg.train.seed + 12345,
+        dtype=DTYPES[cfg.model.dtype],
     )
     return rewards.accuracy(texts, records, correct_fn or is_correct)
 
@@ -50,7 +55,8 @@ def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> 
     cfg = load_config(preset, list(overrides))
     _, test, _, correct_fn = load_task(cfg)
     test = test[: cfg.train.eval_samples]
-    lm = AutoModelForCausalLM.from_pretrained(ckpt)
+    device = resolve_device(cfg.model.device)
+    lm = AutoModelForCausalLM.from_pretrained(ckpt, dtype=DTYPES[cfg.model.dtype]).to(device)  # the run's own
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
     fit_prompt_len(cfg, lm)
     return {

@@ -32,6 +32,7 @@ from transformers import DynamicCache
 
 from ..logprobs import logprobs_from_logits
 from ..model import lm_logits, position_ids_from_mask
+from .precision import compute_dtype
 
 __all__ = ["PromptCache", "split_prefix_logits", "enable", "SPLIT_MIN_PREFIX_TOKENS"]
 
@@ -50,8 +51,8 @@ class PromptCache:
         self.lm, self.complete = None, True
 
     def keep(self, lm, start: int, out) -> None:
-        """Called by ``sample`` after each generate call (rows ``start``..); float32 policies only."""
-        if next(lm.parameters()).dtype != torch.float32 or not isinstance(out.past_key_values, DynamicCache):
+        """Called by ``sample`` after each generate call (rows ``start``..); float32 compute only."""
+        if compute_dtype(lm) != torch.float32 or not isinstance(out.past_key_values, DynamicCache):
             self.complete = False
             return
         self.lm = lm
@@ -79,12 +80,13 @@ class PromptCache:
 
 
 def _split_prefix(lm, prefix_tokens: int) -> bool:
-    """Whether to run the prefix apart: a float32 training forward with at least ``SPLIT_MIN_PREFIX_TOKENS``
-    prefix tokens, without activation checkpointing (which turns transformers' cache off)."""
+    """Whether to run the prefix apart: a float32-compute training forward (float32 weights, no autocast) with
+    at least ``SPLIT_MIN_PREFIX_TOKENS`` prefix tokens, without activation checkpointing (which turns
+    transformers' cache off)."""
     return (
         torch.is_grad_enabled()
         and prefix_tokens >= SPLIT_MIN_PREFIX_TOKENS
-        and lm.get_input_embeddings().weight.dtype == torch.float32
+        and compute_dtype(lm) == torch.float32
         and not getattr(lm.base_model, "gradient_checkpointing", False)
     )
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from ..model import ActorWithValueHead
+from ..model import VALUE_HEAD_FILE
 from .checkpoint import (
     STATE_FILE,
     checkpoint_step,
@@ -34,6 +34,7 @@ from .checkpoint import (
 from .config import ConfigError
 from .guards import NonFiniteError, nonfinite_parameters
 from .metrics import MetricsLogger, last_logged_step
+from .precision import load_weights_
 
 __all__ = ["resume_path", "open_run", "save_checkpoint", "load_checkpoint", "set_aside_after"]
 
@@ -131,8 +132,9 @@ def load_checkpoint(trainer, path) -> None:
             "the continuation will not match an uninterrupted run",
             stacklevel=2,
         )
-    loaded = ActorWithValueHead.from_pretrained(str(path))
-    trainer.actor.load_state_dict(loaded.state_dict())
+    load_weights_(trainer.actor.lm, path)  # in place, one tensor at a time: no second model in memory
+    head = torch.load(path / VALUE_HEAD_FILE, map_location=trainer.device, weights_only=True)
+    trainer.actor.value_head.load_state_dict(head)
     optimizer_state = torch.load(path / "optimizer.pt", map_location=trainer.device, weights_only=False)
     trainer.optimizer.load_state_dict(optimizer_state)
     trainer.step_count, trainer.kl_ctl.value = state["step"], state["kl_coef"]

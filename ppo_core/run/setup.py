@@ -23,6 +23,7 @@ from ..tasks.synthetic import make_synthetic_task
 from ..tasks.warmstart import warm_start
 from ..utils import hub_offline, hub_unreachable
 from .config import Config, ConfigError
+from .precision import DTYPES
 
 __all__ = [
     "resolve_device",
@@ -39,7 +40,6 @@ __all__ = [
     "build_kl_controller",
 ]
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICES = ("auto", "cpu", "cuda")
 TASKS = ("synthetic", "gsm8k")
 OPTIMIZERS = ("adamw", "adamw8bit")
@@ -116,12 +116,17 @@ def _hub_error(path: str, err: Exception) -> ConfigError:
 
 
 def load_models(cfg: Config, device: torch.device):
-    """(actor with value head, frozen reference LM, tokenizer, path of the initial policy)."""
+    """(actor with value head, frozen reference LM, tokenizer, path of the initial policy).
+
+    Mixed precision the standard way (``run.precision``): the actor's weights are loaded in float32
+    whatever ``model.dtype`` says, and ``model.dtype`` is the *compute* dtype its forward passes run in
+    (autocast); the frozen reference, which is never updated, is stored in ``model.dtype``.
+    """
     m = cfg.model
     path = str(_warm_started_tiny(cfg)) if m.name_or_path == "tiny" else m.name_or_path
     try:
         tokenizer = _load_tokenizer(path)
-        lm = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[m.dtype])
+        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     except (OSError, ValueError) as err:
         raise _hub_error(path, err) from None
     if len(tokenizer) > lm.get_input_embeddings().num_embeddings:
@@ -130,8 +135,8 @@ def load_models(cfg: Config, device: torch.device):
     if m.gradient_checkpointing:
         lm.gradient_checkpointing_enable()
         lm.config.use_cache = False
-    actor = ActorWithValueHead(lm, m.value_head_init_std).to(device)
-    ref = make_reference(actor).to(device)
+    actor = ActorWithValueHead(lm, m.value_head_init_std, compute_dtype=DTYPES[m.dtype]).to(device)
+    ref = make_reference(actor).to(device=device, dtype=DTYPES[m.dtype])
     return actor, ref, tokenizer, path
 
 
@@ -193,7 +198,7 @@ def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
             return bnb.optim.AdamW8bit(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
         warnings.warn(
             f"ppo.optimizer=adamw8bit but bitsandbytes cannot run here ({why}); falling back to torch AdamW, "
-            "whose two moment estimates take 2 (bf16) to 4 (fp32) times the memory of 8-bit ones",
+            "whose two float32 moment estimates take 4 times the memory of 8-bit ones",
             stacklevel=2,
         )
     return torch.optim.AdamW(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
