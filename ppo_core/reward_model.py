@@ -40,6 +40,7 @@ __all__ = [
     "sequence_scores",
     "bradley_terry_loss",
     "pairwise_accuracy",
+    "pairwise_loss",
     "RewardModel",
     "NORM_FILE",
     "pair_loss",
@@ -112,6 +113,21 @@ def pairwise_accuracy(chosen: torch.Tensor, rejected: torch.Tensor, pair_mask: t
         pair_mask = torch.ones_like(chosen, dtype=torch.bool)
     right = (chosen > rejected).float() + 0.5 * (chosen == rejected).float()
     return ((right * pair_mask).sum() / pair_mask.sum().clamp(min=1)).item()
+
+
+def pairwise_loss(chosen_values, chosen_mask, rejected_values, rejected_mask):
+    """Exercise 6.1: the Bradley-Terry loss from the head's output at every position. Returns ``(loss, stats)``.
+
+    Args:
+        chosen_values, rejected_values: the scalar head on every token of ``prompt + response``, (N, L) each.
+        chosen_mask, rejected_mask: attention masks, (N, L), padded on either side.
+
+    ``r = values[i, last_token_index(mask)[i]]`` per row, then ``-log sigma(r_c - r_r)`` averaged over
+    the N pairs. ``stats``: ``accuracy`` and ``margin`` (plain floats), as in ``bradley_terry_loss``.
+    """
+    r_chosen = chosen_values.gather(1, last_token_index(chosen_mask)[:, None]).squeeze(1)  # (N,)
+    r_rejected = rejected_values.gather(1, last_token_index(rejected_mask)[:, None]).squeeze(1)  # (N,)
+    return bradley_terry_loss(r_chosen, r_rejected)
 
 
 class RewardModel(nn.Module):
