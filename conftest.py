@@ -11,7 +11,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see ppo_core/train.py
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see ppo_core/run/cli.py
 
 import matplotlib  # noqa: E402
 
@@ -33,3 +33,19 @@ def pytest_collection_modifyitems(config, items):
     last = [item for item in items if item.nodeid.startswith(BOOK_TESTS)]
     if last:
         items[:] = [item for item in items if not item.nodeid.startswith(BOOK_TESTS)] + last
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say once, in plain words, when the book's browser checks were skipped and how to get them."""
+    pages = [
+        report
+        for report in terminalreporter.stats.get("skipped", [])
+        if report.nodeid.startswith(BOOK_TESTS) and "Chromium is not installed" in str(report.longrepr)
+    ]
+    if pages:
+        terminalreporter.write_line(
+            f"[book] the browser checks of {len(pages)} pages were skipped: headless Chromium is not installed "
+            "(Debian/Ubuntu: sudo apt-get install -y chromium chromium-driver, then run pytest again)",
+            yellow=True,
+            bold=True,
+        )

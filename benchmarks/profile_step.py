@@ -56,8 +56,8 @@ def profile_trl(s, model_path: str, threads: int, updates: int):
     import trl.experimental.ppo.ppo_trainer as m
     from transformers import AutoTokenizer, TrainerCallback
 
-    from ppo_core.config import load_config
-    from ppo_core.setup import load_task
+    from ppo_core.run.config import load_config
+    from ppo_core.run.setup import load_task
 
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
     m.batch_generation = labelled("phase: generation", m.batch_generation)

@@ -9,7 +9,7 @@
 The peer is TRL's ``PPOTrainer`` from ``trl.experimental.ppo`` (trl 1.12.0, the last release that has
 it). What is equal, by construction:
 
-* the model: the course's tiny Llama (``ppo_core.tiny``, warm-started by ``ppo_core.warmstart``); TRL's
+* the model: the course's tiny Llama (``ppo_core.tasks.tiny``, warm-started by ``ppo_core.tasks.warmstart``); TRL's
   value (and reward) model is ``AutoModelForSequenceClassification(num_labels=1)`` loaded from the
   same folder, so its trunk starts from the same weights;
 * the tokenizer, the prompts (the synthetic task's; *the same records in every update*: TRL's data
@@ -60,7 +60,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see ppo_core/train.py: busy-waiting threads stall shared CPUs
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see ppo_core/run/cli.py: busy-waiting threads stall shared CPUs
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -95,7 +95,7 @@ LIKE_FOR_LIKE = ["ppo.ent_coef=0.0", "ppo.max_grad_norm=0.0"]  # TRL has no entr
 
 
 def ours_config(s: Setting, model_path: str, out_dir: str, threads: int, device: str, dtype: str):
-    from ppo_core.config import load_config
+    from ppo_core.run.config import load_config
 
     return load_config("cpu", [
         f"model.name_or_path={model_path}", f"model.device={device}", f"model.dtype={dtype}",
@@ -185,7 +185,7 @@ def build_trl(s: Setting, model_path: str, tokenizer, records, reward_fn, out_di
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, PrinterCallback
     from trl.experimental.ppo import PPOConfig, PPOTrainer
 
-    from ppo_core.data import build_prompt
+    from ppo_core.tasks.data import build_prompt
 
     kw = dict(dtype=dtype)
     policy = AutoModelForCausalLM.from_pretrained(model_path, **kw)
@@ -285,7 +285,7 @@ def run_pair(s: Setting, model_path: str, threads: int, device: str = "cpu", dty
     from transformers import TrainerCallback
 
     import ppo_core.trainer as ours_module
-    from ppo_core.setup import DTYPES
+    from ppo_core.run.setup import DTYPES
     from ppo_core.trainer import PPOTrainer as Ours
 
     torch.set_num_threads(threads)
@@ -449,8 +449,8 @@ def load_average() -> str:
 
 def random_tiny(folder: Path) -> str:
     """A freshly initialised tiny Llama (never emits EOS on purpose, so responses run to the limit)."""
-    from ppo_core.synthetic import SYNTHETIC_ALPHABET
-    from ppo_core.tiny import build_char_tokenizer, build_tiny_model, save_tiny
+    from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET
+    from ppo_core.tasks.tiny import build_char_tokenizer, build_tiny_model, save_tiny
 
     torch.manual_seed(0)
     tok = build_char_tokenizer(SYNTHETIC_ALPHABET)
@@ -459,8 +459,8 @@ def random_tiny(folder: Path) -> str:
 
 def warm_started_tiny() -> str:
     """The cpu preset's warm-started tiny model (trained once, about a minute, then cached)."""
-    from ppo_core.config import load_config
-    from ppo_core.warmstart import warm_start
+    from ppo_core.run.config import load_config
+    from ppo_core.tasks.warmstart import warm_start
 
     cfg = load_config("cpu")
     w = cfg.warmstart
@@ -544,9 +544,9 @@ def qwen_report(args) -> None:
 
     from ppo_core.model import ActorWithValueHead, make_reference
     from ppo_core.rollout import sample, score
-    from ppo_core.setup import build_optimizer
-    from ppo_core.synthetic import SYNTHETIC_ALPHABET, make_synthetic_task
-    from ppo_core.tiny import build_char_tokenizer
+    from ppo_core.run.setup import build_optimizer
+    from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET, make_synthetic_task
+    from ppo_core.tasks.tiny import build_char_tokenizer
     from ppo_core.update import minibatch_update
 
     device = torch.device(args.device)

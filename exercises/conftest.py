@@ -1,6 +1,6 @@
 """Test-suite plumbing for the learner copies. Learners: you can ignore this file.
 
-The notebooks in this folder are generated from ``chapters/`` by ``python -m ppo_core.exercises
+The notebooks in this folder are generated from ``chapters/`` by ``python -m tools.exercises
 build``, with every exercise replaced by a stub. ``pytest`` runs them with nbval like the chapters,
 but a learner copy is *expected* to stop, exactly as "Run All" does in Jupyter: the checker cell of
 its first exercise raises the friendly ``NotImplementedYet`` ("... is not implemented yet ...").

@@ -21,7 +21,6 @@ It also keeps a run safe to stop at any moment:
 """
 
 import json
-import math
 import os
 import random
 import shutil
@@ -35,7 +34,12 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from .checkpoint import (
+from .gae import compute_gae, token_rewards
+from .kl import AdaptiveKLController, FixedKLController, kl_penalty
+from .masking import masked_mean, masked_var, masked_whiten
+from .model import ActorWithValueHead
+from .rollout import sample, score
+from .run.checkpoint import (
     STATE_FILE,
     StopOnSignal,
     checkpoint_step,
@@ -47,34 +51,13 @@ from .checkpoint import (
     recover_interrupted_saves,
     write_atomically,
 )
-from .config import Config, ConfigError
-from .gae import compute_gae, token_rewards
-from .kl import AdaptiveKLController, FixedKLController, kl_penalty
-from .masking import masked_mean, masked_var, masked_whiten
-from .metrics import MetricsLogger, last_logged_step, plot_dashboard, read_metrics
-from .model import ActorWithValueHead
-from .rollout import sample, score
-from .setup import build_optimizer, fit_prompt_len, load_models, load_task, resolve_device
+from .run.config import Config, ConfigError
+from .run.guards import DIVERGED_HINT, NonFiniteError, nonfinite_parameters, skip_reason
+from .run.metrics import MetricsLogger, last_logged_step, plot_dashboard, read_metrics
+from .run.setup import build_optimizer, fit_prompt_len, load_models, load_task, resolve_device
 from .update import minibatch_update
 
-__all__ = ["PPOTrainer", "NonFiniteError", "latest_checkpoint", "nonfinite_parameters"]
-
-DIVERGED_HINT = (
-    "resume from the last good checkpoint with a lower ppo.lr or ppo.max_grad_norm, "
-    "or model.dtype=bfloat16/float32 instead of float16"
-)
-"""The advice every NonFiniteError ends with."""
-
-
-class NonFiniteError(RuntimeError):
-    """NaN or inf where training cannot go on (a rollout tensor, a parameter): the run stops, nothing broken is saved."""
-
-
-def nonfinite_parameters(module: torch.nn.Module) -> list[str]:
-    """Names of the parameters holding NaN or inf (one device sync for the whole model)."""
-    named = list(module.named_parameters())
-    finite = torch.stack([torch.isfinite(p).all() for _, p in named])
-    return [] if bool(finite.all()) else [n for (n, _), ok in zip(named, finite.tolist()) if not ok]
+__all__ = ["PPOTrainer"]
 
 
 class PPOTrainer:
@@ -152,7 +135,7 @@ class PPOTrainer:
         return out
 
     def prompts(self, records: list[dict]) -> list[str]:
-        from .data import build_prompt
+        from .tasks.data import build_prompt
 
         return [build_prompt(r["question"], self.tokenizer, self.cfg.data.prompt_style) for r in records]
 
@@ -255,10 +238,10 @@ class PPOTrainer:
                 )
                 (skipped if stats.get("params/skipped") else applied).append(stats)
                 if stats.get("params/skipped"):
-                    self.skip_reasons.add(_skip_reason(stats))
+                    self.skip_reasons.add(skip_reason(stats))
                     warnings.warn(
                         f"step {self.step_count + 1}, epoch {epoch + 1}, minibatch {k + 1}: update skipped "
-                        f"(non-finite {_skip_reason(stats)}); the parameters were not changed"
+                        f"(non-finite {skip_reason(stats)}); the parameters were not changed"
                     )
         used = applied or skipped  # if every update was skipped, log their (non-finite) stats as they are
         out = {key: sum(s[key] for s in used) / len(used) for key in used[0]}
@@ -330,7 +313,7 @@ class PPOTrainer:
     # ---- evaluation -------------------------------------------------------------------------
     def evaluate(self, greedy: bool = False, n: int | None = None) -> float:
         """Accuracy on the held-out split (sampled at the rollout temperature, or greedy)."""
-        from .evaluate import accuracy
+        from .run.evaluation import accuracy
 
         records = self.test_records[: n or self.cfg.train.eval_samples]
         return accuracy(self.actor.lm, self.tokenizer, records, self.cfg, greedy, self.correct_fn)
@@ -504,12 +487,6 @@ def explained_variance(values, returns, mask) -> float:
     """1 - Var[R - V] / Var[R] over response tokens: 1 = perfect critic, 0 = no better than a constant."""
     var_r = masked_var(returns, mask).item()
     return float("nan") if var_r == 0 else 1.0 - masked_var(returns - values, mask).item() / var_r
-
-
-def _skip_reason(stats: dict) -> str:
-    """Which of the losses, or else the gradient, was non-finite in a skipped update."""
-    losses = [k for k in ("loss/policy", "loss/value", "loss/entropy") if not math.isfinite(stats.get(k, 0.0))]
-    return ", ".join(losses) if losses else f"gradient (params/grad_norm={stats.get('params/grad_norm')})"
 
 
 def _seed_everything(seed: int) -> None:

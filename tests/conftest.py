@@ -8,8 +8,8 @@ from ppo_test_support import _tiny_overrides
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory):
     """A ~0.1 M-parameter Llama with the synthetic task's character tokenizer, saved like a hub model."""
-    from ppo_core.synthetic import SYNTHETIC_ALPHABET
-    from ppo_core.tiny import build_char_tokenizer, build_tiny_model, save_tiny
+    from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET
+    from ppo_core.tasks.tiny import build_char_tokenizer, build_tiny_model, save_tiny
 
     torch.manual_seed(0)
     tok = build_char_tokenizer(SYNTHETIC_ALPHABET)
@@ -37,7 +37,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def tok():
     """The synthetic task's character tokenizer."""
-    from ppo_core.synthetic import SYNTHETIC_ALPHABET
-    from ppo_core.tiny import build_char_tokenizer
+    from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET
+    from ppo_core.tasks.tiny import build_char_tokenizer
 
     return build_char_tokenizer(SYNTHETIC_ALPHABET)

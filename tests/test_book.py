@@ -11,7 +11,9 @@ chromium-driver``); without them it is skipped with a message, unless ``PPO_REQU
 the network blocked, as someone reading the built book offline would.
 """
 
+import ast
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -20,10 +22,12 @@ from urllib.parse import unquote, urlparse
 import nbformat
 import pytest
 import yaml
+from bs4 import BeautifulSoup
 
 from tools import book
 
 ROOT = book.ROOT
+CHAPTER_SOURCE = ROOT / "chapters"
 
 
 def toc_pages() -> list[str]:
@@ -85,6 +89,103 @@ def test_book_builds(built_book):
         assert (book.HTML / f"{page}.html").is_file(), f"{page} is in _toc.yml but was not built"
     # every chapter page is built from a notebook executed in this session, never from a stale one
     assert set(built_book["how"]) == {p.stem for p in book.chapter_notebooks()}
+
+
+# --------------------------------------------------------------------------------------------------
+# What a cell printed is what the reader reads
+
+CHAPTER_PAGES = [page for page in PAGES if page.startswith("chapters/")]
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_HIDDEN_OUTPUT_TAGS = {"remove-output", "remove-cell"}
+
+
+def _normalise(text: str) -> str:
+    """Whitespace aside: runs of spaces, tabs and line breaks count as one space."""
+    return " ".join(_ANSI.sub("", text).split())
+
+
+def notebook_streams(nb) -> list[str]:
+    """Each printed output (stdout and stderr streams) of the executed notebook that the page shows, in order."""
+    return [
+        _normalise(out["text"])
+        for cell in nb.cells
+        if cell.cell_type == "code" and not _HIDDEN_OUTPUT_TAGS & set(cell.metadata.get("tags", []))
+        for out in cell.outputs
+        if out.get("output_type") == "stream" and _normalise(out["text"])
+    ]
+
+
+STREAM_SELECTOR = ".cell_output .output.stream, .cell_output .output.stderr"
+
+
+def page_streams(html: str) -> list[str]:
+    """Each printed output on a built page (myst-nb renders streams as ``div.output.stream``/``.stderr``)."""
+    soup = BeautifulSoup(html, "html.parser")
+    return [_normalise(div.get_text()) for div in soup.select(STREAM_SELECTOR)]
+
+
+def printed_literals(source: str) -> list[str]:
+    """The literal start of each ``print("...")`` that surely runs: a cell's top-level statements and loops.
+
+    ``print(f"rewards: {r}")`` gives ``"rewards:"``: text the page must show whatever the numbers are. This is
+    read from the chapter's *source*, so it holds even if staging and rendering both lost the text.
+    """
+    code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    statements = []
+    for node in tree.body:
+        statements.append(node)
+        if isinstance(node, ast.For | ast.With):
+            statements.extend(node.body)
+    found = []
+    for node in statements:
+        call = node.value if isinstance(node, ast.Expr) else None
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "print"):
+            continue
+        if not call.args:
+            continue
+        arg = call.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            text = arg.value
+        elif isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+            text = arg.values[0].value
+        else:
+            continue
+        text = _normalise(text.split("\n")[0] if text.strip() else "")
+        if len(text) >= 6 and re.search(r"[A-Za-z]{2}", text):
+            found.append(text)
+    return found
+
+
+@pytest.mark.parametrize("page", CHAPTER_PAGES)
+def test_printed_outputs_are_on_the_page(built_book, page):
+    """Every printed output in the HTML equals the executed notebook's text, and what the source prints is there."""
+    if not built_book["ok"]:
+        pytest.skip("the book did not build (see test_book_builds)")
+    nb = _staged_notebook(page)
+    expected = notebook_streams(nb)
+    shown = page_streams((book.HTML / f"{page}.html").read_text())
+    assert len(shown) == len(expected), (
+        f"{page}: {len(expected)} printed outputs in the executed notebook, {len(shown)} on the page"
+    )
+    for number, (want, got) in enumerate(zip(expected, shown)):
+        assert got == want, (
+            f"{page}: printed output {number} differs\n  notebook: {want[:300]!r}\n  page:     {got[:300]!r}"
+        )
+    source = CHAPTER_SOURCE / f"{Path(page).name}.ipynb"
+    literals = [
+        text
+        for cell in nbformat.read(source, as_version=4).cells
+        if cell.cell_type == "code" and not _HIDDEN_OUTPUT_TAGS & set(cell.metadata.get("tags", []))
+        for text in printed_literals(cell.source)
+    ]
+    assert literals, f"{page}: no print(...) with a literal start in the chapter? The check would be vacuous"
+    text = " ".join(shown)
+    missing = [literal for literal in literals if literal not in text]
+    assert not missing, f"{page}: text the chapter prints is missing from the page: {missing[:8]}"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -159,6 +260,7 @@ const settled = Promise.all(images.map(img => img.complete ? null : new Promise(
 """
 
 INSPECT_PAGE = r"""
+const STREAM_SELECTOR = arguments[0];
 const math = Array.from(document.querySelectorAll('.math'));
 const main = document.querySelector('main') || document.body;
 const raw = [];
@@ -169,7 +271,8 @@ const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT, {acceptNode
 }});
 for (let node; (node = walker.nextNode());) {
   // TeX that MathJax did not typeset: display or inline delimiters, environments, $..$ with TeX inside
-  if (/\$\$|\\\[|\\\(|\\begin\{|\$[^$\n]*[\\^_{][^$\n]*\$/.test(node.nodeValue)) raw.push(node.nodeValue.trim().slice(0, 100));
+  const tex = /\$\$|\\\[|\\\(|\\begin\{|\$[^$\n]*[\\^_{][^$\n]*\$/;
+  if (tex.test(node.nodeValue)) raw.push(node.nodeValue.trim().slice(0, 100));
 }
 return {
   math: math.length,
@@ -180,6 +283,7 @@ return {
   broken_images: Array.from(document.images).filter(img => !(img.complete && img.naturalWidth > 0))
     .map(img => (img.getAttribute('src') || '').slice(0, 100)),
   output_images: document.querySelectorAll('.cell_output img').length,
+  streams: Array.from(document.querySelectorAll(STREAM_SELECTOR)).map(el => el.innerText),
   network: performance.getEntriesByType('resource').map(e => e.name).filter(n => /^(https?|wss?):/.test(n)),
 };
 """
@@ -259,7 +363,7 @@ def _check_hidden_solutions(driver, nb, problems: list[str]) -> None:
         driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", toggle[0])
         toggle[0].click()
         try:  # the toggle opens with a short animation
-            WebDriverWait(driver, 5).until(lambda _: code.is_displayed())
+            WebDriverWait(driver, 5).until(lambda _, code=code: code.is_displayed())
         except TimeoutException:
             problems.append(f"exercise solution {number}: clicking its toggle did not show it")
 
@@ -291,7 +395,7 @@ def test_page_renders_offline(browser, page):
     browser.get_log("browser")  # drop what earlier pages logged
     browser.get(path.as_uri())
     state = browser.execute_async_script(WAIT_FOR_PAGE)
-    found = browser.execute_script(INSPECT_PAGE)
+    found = browser.execute_script(INSPECT_PAGE, STREAM_SELECTOR)
     problems = []
     if state not in ("typeset", "no math"):
         problems.append(state)
@@ -317,6 +421,11 @@ def test_page_renders_offline(browser, page):
         _check_fallback_sliders(browser, page, nb, problems)
         _check_hidden_solutions(browser, nb, problems)
         _check_notebook_links(browser, page, problems)
+        shown = [_normalise(text) for text in found["streams"]]
+        if shown != notebook_streams(nb):
+            problems.append(
+                f"the printed outputs a reader sees differ from the executed notebook's: {shown[:3]} on the page"
+            )
 
     errors = [entry["message"] for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
     if errors:

@@ -1,6 +1,6 @@
 import pytest
 
-from ppo_core.config import Config, ConfigError, load_config
+from ppo_core.run.config import Config, ConfigError, load_config
 
 
 def test_presets_parse():

@@ -1,4 +1,4 @@
-"""Tests for ppo_core.data (chapter 05): loading GSM8K records and building prompts, all offline."""
+"""Tests for ppo_core.tasks.data (chapter 05): loading GSM8K records and building prompts, all offline."""
 
 import json
 import shutil
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ppo_core.data import SYSTEM_PROMPT, build_prompt, gold_number, load_gsm8k
+from ppo_core.tasks.data import SYSTEM_PROMPT, build_prompt, gold_number, load_gsm8k
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "gsm8k_tiny.jsonl"
 GSM8K_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k"
@@ -163,7 +163,7 @@ def test_offline_env_set_late_fails_before_touching_the_network(monkeypatch):
 
 def test_local_files_do_not_import_datasets():
     code = (
-        "import sys; from ppo_core.data import load_gsm8k; "
+        "import sys; from ppo_core.tasks.data import load_gsm8k; "
         f"assert len(load_gsm8k({str(FIXTURE)!r})) == 10; assert 'datasets' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

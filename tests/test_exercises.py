@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from ppo_core import checks
-from ppo_core import exercises as ex_mod
 from ppo_core.checks import _progress
-from ppo_core.exercises import END, EXERCISES, REPO_URL, START, ExerciseError, colab_url, find_exercises
+from tools import exercises as ex_mod
+from tools.exercises import END, EXERCISES, REPO_URL, START, ExerciseError, colab_url, find_exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted({ex.chapter for ex in EXERCISES})
@@ -46,10 +46,10 @@ def test_learner_copies_are_up_to_date(tmp_path):
     written = ex_mod.build(ROOT, out=tmp_path)
     assert sorted(p.name for p in written) == sorted(f"{c}.ipynb" for c in CHAPTERS)
     committed = sorted(p.name for p in (ROOT / "exercises").glob("*.ipynb"))
-    assert committed == sorted(p.name for p in tmp_path.glob("*.ipynb")), "run: python -m ppo_core.exercises build"
+    assert committed == sorted(p.name for p in tmp_path.glob("*.ipynb")), "run: python -m tools.exercises build"
     for name in committed:
         assert (tmp_path / name).read_bytes() == (ROOT / "exercises" / name).read_bytes(), (
-            f"exercises/{name} is out of date with chapters/{name}: run `python -m ppo_core.exercises build`"
+            f"exercises/{name} is out of date with chapters/{name}: run `python -m tools.exercises build`"
         )
     assert ex_mod.build(ROOT, out=tmp_path) == []  # a second build changes nothing
 
@@ -66,14 +66,12 @@ def test_learner_copies_are_valid_notebooks_in_nbformat_layout():
 
 
 def test_generator_does_not_import_torch():
-    code = "import sys, ppo_core.exercises; assert 'torch' not in sys.modules"
+    code = "import sys, tools.exercises; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_check_command_on_the_repository():
-    out = subprocess.run(
-        [sys.executable, "-m", "ppo_core.exercises", "check"], cwd=ROOT, capture_output=True, text=True
-    )
+    out = subprocess.run([sys.executable, "-m", "tools.exercises", "check"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "up to date" in out.stdout
 
@@ -109,7 +107,7 @@ def test_generator_rejects_a_broken_exercise(tmp_path):
     cell["source"] = [line for line in cell["source"] if END not in line]
     with pytest.raises(ExerciseError, match="SOLUTION END"):
         ex_mod.learner_copy(nb, "03_gae")
-    with pytest.raises(ExerciseError, match="not in ppo_core.exercises.EXERCISES"):
+    with pytest.raises(ExerciseError, match="not in ppo_core.checks.catalog.EXERCISES"):
         ex_mod.learner_copy(_nb(ROOT / "chapters" / "03_gae.ipynb"), "04_losses")
 
 

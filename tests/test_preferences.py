@@ -1,4 +1,4 @@
-"""ppo_core.preferences: the gold reward, the noisy Bradley-Terry labeller, perturbations, the JSONL loader."""
+"""ppo_core.tasks.preferences: the gold reward, the noisy Bradley-Terry labeller, perturbations, the JSONL loader."""
 
 import math
 import random
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ppo_core.preferences import (
+from ppo_core.tasks.preferences import (
     gold_reward,
     label_pair,
     load_pairs,
@@ -42,8 +42,8 @@ def test_perturb_edits_only_the_final_number():
 
 
 def test_make_pairs_labels_by_gold(tmp_path):
-    from ppo_core.synthetic import SYNTHETIC_ALPHABET, make_synthetic_task
-    from ppo_core.tiny import build_char_tokenizer, build_tiny_model
+    from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET, make_synthetic_task
+    from ppo_core.tasks.tiny import build_char_tokenizer, build_tiny_model
 
     tok = build_char_tokenizer(SYNTHETIC_ALPHABET)
     model = build_tiny_model(tok, "llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

@@ -2,7 +2,7 @@
 
 Every run here uses the session's tiny untrained model (conftest.py) and a few seconds of CPU.
 Runs in a subprocess (``python -m ppo_core.train``) where the real exit code or a signal matters; the
-kill -9 test uses the ``PPO_CORE_SAVE_PAUSE=NAME:SECONDS`` hook of ``ppo_core.checkpoint``, which
+kill -9 test uses the ``PPO_CORE_SAVE_PAUSE=NAME:SECONDS`` hook of ``ppo_core.run.checkpoint``, which
 sleeps after a checkpoint is fully written to its temporary folder and before the rename that
 publishes it - the worst moment for a kill.
 """
@@ -24,11 +24,12 @@ import torch
 from ppo_test_support import _tiny_overrides
 from safetensors.torch import load_file
 
-from ppo_core.checkpoint import SAVE_PAUSE_ENV, checkpoint_step, latest_checkpoint, recover_interrupted_saves
-from ppo_core.config import ConfigError, load_config
-from ppo_core.metrics import read_metrics
+from ppo_core.run.checkpoint import SAVE_PAUSE_ENV, checkpoint_step, latest_checkpoint, recover_interrupted_saves
+from ppo_core.run.config import ConfigError, load_config
+from ppo_core.run.guards import NonFiniteError
+from ppo_core.run.metrics import read_metrics
 from ppo_core.train import main
-from ppo_core.trainer import NonFiniteError, PPOTrainer
+from ppo_core.trainer import PPOTrainer
 
 # Three steps, a checkpoint after each (keep two), an adaptive KL coefficient (so the KL controller's
 # state matters on resume), one thread (so a subprocess and this process compute the same numbers).
@@ -191,7 +192,7 @@ def test_fresh_run_into_an_old_run_is_refused_unless_overwrite(reference_run, ti
 def test_prompt_limit_is_fitted_to_the_model_context(tiny_model_path):
     from transformers import AutoModelForCausalLM
 
-    from ppo_core.setup import fit_prompt_len
+    from ppo_core.run.setup import fit_prompt_len
 
     lm = AutoModelForCausalLM.from_pretrained(tiny_model_path)  # context: 256 positions
     cfg = load_config("cpu", ["data.max_prompt_len=512", "rollout.max_new_tokens=24"])
@@ -219,9 +220,9 @@ def test_long_prompts_are_cut_from_the_left_with_a_warning(tiny_model_path, tmp_
 @pytest.mark.parametrize("pad", ["none", "eos"])
 def test_tokenizer_without_a_distinct_pad_token_gets_one(pad, tmp_path):
     from ppo_core.rollout import sample, score
-    from ppo_core.setup import load_models
-    from ppo_core.synthetic import SYNTHETIC_ALPHABET
-    from ppo_core.tiny import build_char_tokenizer, build_tiny_model, save_tiny
+    from ppo_core.run.setup import load_models
+    from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET
+    from ppo_core.tasks.tiny import build_char_tokenizer, build_tiny_model, save_tiny
 
     tok = build_char_tokenizer(SYNTHETIC_ALPHABET)
     model = build_tiny_model(
@@ -241,8 +242,8 @@ def test_tokenizer_without_a_distinct_pad_token_gets_one(pad, tmp_path):
 
 
 def test_adamw8bit_falls_back_to_adamw_where_bitsandbytes_cannot_run(tiny_model_path, monkeypatch):
-    from ppo_core import setup
     from ppo_core.model import ActorWithValueHead
+    from ppo_core.run import setup
 
     actor = ActorWithValueHead.from_pretrained(tiny_model_path)
     ppo = load_config("cpu", ["ppo.optimizer=adamw8bit"]).ppo

@@ -13,8 +13,8 @@ from ppo_core.reward_model import (
     pairwise_accuracy,
     sequence_scores,
 )
-from ppo_core.synthetic import SYNTHETIC_ALPHABET
-from ppo_core.tiny import build_char_tokenizer, build_tiny_model, save_tiny
+from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET
+from ppo_core.tasks.tiny import build_char_tokenizer, build_tiny_model, save_tiny
 
 TEXTS = ["Ann has 3 apples.\n3+4=7\n#### 7", "Bob?\n1", "Cat has 9 pens and gets 0 more.\n9+0=9\n#### 9 extra"]
 

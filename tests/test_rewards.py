@@ -1,4 +1,4 @@
-"""Tests for ppo_core.rewards (chapter 05): final-answer extraction and the GSM8K reward."""
+"""Tests for ppo_core.tasks.rewards (chapter 05): final-answer extraction and the GSM8K reward."""
 
 import json
 from decimal import Decimal
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ppo_core.rewards import extract_answer, gold_number, gsm8k_reward, is_correct, normalize_number
+from ppo_core.tasks.rewards import extract_answer, gold_number, gsm8k_reward, is_correct, normalize_number
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "gsm8k_tiny.jsonl"
 GSM8K_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k"

@@ -61,8 +61,8 @@ def test_scored_logprobs_equal_generation_distribution(tiny_model_path):
 
 def _gpt2_folder(tmp_path):
     """GPT-2 has absolute position embeddings: the cached prompt and the scored tail must agree on positions."""
-    from ppo_core.synthetic import SYNTHETIC_ALPHABET
-    from ppo_core.tiny import build_char_tokenizer, build_tiny_model, save_tiny
+    from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET
+    from ppo_core.tasks.tiny import build_char_tokenizer, build_tiny_model, save_tiny
 
     torch.manual_seed(0)
     tok = build_char_tokenizer(SYNTHETIC_ALPHABET)

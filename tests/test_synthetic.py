@@ -2,8 +2,8 @@ import re
 
 import pytest
 
-from ppo_core.rewards import extract_answer
-from ppo_core.synthetic import (
+from ppo_core.tasks.rewards import extract_answer
+from ppo_core.tasks.synthetic import (
     SYNTHETIC_ALPHABET,
     TEST_NAMES,
     TEST_OBJECTS,

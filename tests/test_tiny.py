@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from ppo_core.synthetic import SYNTHETIC_ALPHABET, make_synthetic_task
-from ppo_core.tiny import SPECIAL_TOKENS, build_tiny_model, count_parameters, load_tiny, save_tiny
+from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET, make_synthetic_task
+from ppo_core.tasks.tiny import SPECIAL_TOKENS, build_tiny_model, count_parameters, load_tiny, save_tiny
 
 SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
 TEXT = "Ann has 3 apples and gets 4 more.  How many now?\n3+4=7\n#### 7\n"

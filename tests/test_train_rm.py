@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ppo_core.reward_model import RewardModel
-from ppo_core.synthetic import SYNTHETIC_ALPHABET
-from ppo_core.tiny import build_char_tokenizer, build_tiny_model, save_tiny
+from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET
+from ppo_core.tasks.tiny import build_char_tokenizer, build_tiny_model, save_tiny
 from ppo_core.train_rm import main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "pairs.jsonl"

@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ppo_core.config import ConfigError, load_config
-from ppo_core.metrics import read_metrics
+from ppo_core.run.config import ConfigError, load_config
+from ppo_core.run.metrics import read_metrics
 from ppo_core.train import main
 from ppo_core.trainer import PPOTrainer
 from ppo_core.update import RatioCheckError, minibatch_update
@@ -107,7 +107,7 @@ def test_adamw8bit_steps_on_cpu_like_adamw(tiny_model_path, tiny_overrides, tmp_
     pytest.importorskip("bitsandbytes")
     import bitsandbytes as bnb
 
-    from ppo_core.setup import build_optimizer
+    from ppo_core.run.setup import build_optimizer
 
     results = []
     for name in ("adamw", "adamw8bit"):
@@ -132,7 +132,7 @@ def test_cuda_preset_without_gpu():
     cfg = load_config("cuda")
     assert cfg.model.device == "cuda"
     if not torch.cuda.is_available():
-        from ppo_core.setup import resolve_device
+        from ppo_core.run.setup import resolve_device
 
         with pytest.raises(ConfigError, match="no CUDA GPU"):
             resolve_device("cuda")
@@ -143,8 +143,8 @@ def test_cuda_code_path_random_qwen(tmp_path):
     """The cuda preset's path (bf16, 8-bit AdamW, accumulation) on a random Qwen2-shaped model."""
     from transformers import Qwen2Config
 
-    from ppo_core.synthetic import SYNTHETIC_ALPHABET
-    from ppo_core.tiny import build_char_tokenizer, save_tiny
+    from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET
+    from ppo_core.tasks.tiny import build_char_tokenizer, save_tiny
 
     tok = build_char_tokenizer(SYNTHETIC_ALPHABET)
     cfg = Qwen2Config(

@@ -7,11 +7,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ppo_core import warmstart
-from ppo_core.rewards import extract_answer
-from ppo_core.synthetic import make_synthetic_task
-from ppo_core.tiny import build_tiny_model
-from ppo_core.warmstart import (
+from ppo_core.tasks import warmstart
+from ppo_core.tasks.rewards import extract_answer
+from ppo_core.tasks.synthetic import make_synthetic_task
+from ppo_core.tasks.tiny import build_tiny_model
+from ppo_core.tasks.warmstart import (
     IGNORE_INDEX,
     evaluate_accuracy,
     generate_completions,

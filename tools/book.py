@@ -45,7 +45,11 @@ SESSION_ENV = "PPO_BOOK_SESSION"
 pytest-xdist workers), so that a notebook executed in an earlier session is never mistaken for this one's."""
 
 _RGX_CARRIAGERETURN = re.compile(r".*\r(?=[^\n])")
-_RGX_BACKSPACE = re.compile(r"[^\n]\b")
+"""A line's text up to a carriage return that is not the end of the line: overwritten, as a terminal shows it."""
+_RGX_BACKSPACE = re.compile("[^\n\x08]\x08")
+"""A character followed by the backspace character (\\x08) that erases it. Not ``r"[^\\n]\\b"``: in a regular
+expression ``\\b`` is a word boundary, and removing "a character before a word boundary" until nothing changes
+erased every printed output of the book."""
 
 
 class BookError(RuntimeError):
@@ -96,7 +100,12 @@ def read_stamp(name: str) -> dict | None:
 
 
 def merge_streams(outputs: list) -> list:
-    """Merge consecutive stream outputs of the same name and apply \\r and \\b, as Jupyter shows them."""
+    """Merge consecutive stream outputs of the same name and apply \\r and \\x08, as Jupyter shows them.
+
+    nbconvert's ``CoalesceStreamsPreprocessor`` merges and applies ``\\r`` but leaves backspaces, so this is
+    written out here. A backspace erases the character before it on the same line (one with nothing left to
+    erase is dropped); ``\\r`` not followed by ``\\n`` discards the line's text before it.
+    """
     merged = []
     for out in outputs:
         if (
@@ -114,7 +123,7 @@ def merge_streams(outputs: list) -> list:
             old = None
             while old != text:
                 old, text = text, _RGX_BACKSPACE.sub("", text)
-            out["text"] = _RGX_CARRIAGERETURN.sub("", text)
+            out["text"] = _RGX_CARRIAGERETURN.sub("", text.replace("\x08", ""))
     return merged
 
 

@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..exercises import CHAPTER_TITLES, EXERCISES, START, exercise_for_checker
+from .catalog import CHAPTER_TITLES, EXERCISES, START, exercise_for_checker
 
 __all__ = ["progress", "reset_progress", "progress_path", "record", "counts"]
 

@@ -75,7 +75,7 @@ class _RecordingAdamW(torch.optim.AdamW):
 
 def _tiny_actor(arch: str, seed: int):
     """(actor, tokenizer): a ~10 k-parameter random LM with a value head whose weights are not zero."""
-    from ..tiny import build_char_tokenizer, build_tiny_model
+    from ..tasks.tiny import build_char_tokenizer, build_tiny_model
 
     tokenizer = build_char_tokenizer("abcdefgh 0123456789=+#")
     if arch == "llama":

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
+from ..model import ActorWithValueHead, make_reference
 from .config import Config, ConfigError
-from .model import ActorWithValueHead, make_reference
 
 __all__ = ["resolve_device", "load_task", "load_models", "build_optimizer", "fit_prompt_len", "model_context", "DTYPES"]
 
@@ -31,15 +31,15 @@ def resolve_device(device: str) -> torch.device:
 
 def load_task(cfg: Config):
     """(train records, test records, reward_fn, correct_fn); records are {'question', 'answer'} dicts."""
-    from .rewards import gsm8k_reward, is_correct
+    from ..tasks.rewards import gsm8k_reward, is_correct
 
     d = cfg.data
     if d.task == "synthetic":
-        from .synthetic import make_synthetic_task
+        from ..tasks.synthetic import make_synthetic_task
 
         train, test = make_synthetic_task(seed=cfg.train.seed, n_train=d.n_train, n_test=d.n_test)
     else:
-        from .data import load_gsm8k
+        from ..tasks.data import load_gsm8k
 
         try:
             train = load_gsm8k(d.source, split="train")
@@ -55,7 +55,7 @@ def load_task(cfg: Config):
 
 
 def _warm_started_tiny(cfg: Config) -> Path:
-    from .warmstart import warm_start
+    from ..tasks.warmstart import warm_start
 
     w = cfg.warmstart
     return warm_start(

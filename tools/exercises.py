@@ -8,8 +8,8 @@ them: the same notebook with every solution region replaced by a stub that raise
 ``NotImplementedError``, a short header, a cell that installs the package when the notebook runs in
 Colab, and a last cell showing ``checks.progress()``.
 
-    python -m ppo_core.exercises build   # (re)write exercises/NN_slug.ipynb from chapters/NN_slug.ipynb
-    python -m ppo_core.exercises check   # exit 1, naming them, if some learner copy is out of date
+    python -m tools.exercises build   # (re)write exercises/NN_slug.ipynb from chapters/NN_slug.ipynb
+    python -m tools.exercises check   # exit 1, naming them, if some learner copy is out of date
 
 The generator reads and writes the notebooks as plain JSON (no torch, no nbformat import), in the
 same layout as ``nbformat.write``, so that a build is byte-for-byte reproducible.
@@ -18,11 +18,37 @@ same layout as ``nbformat.write``, so that a build is byte-for-byte reproducible
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+
+
+def _load_catalog():
+    """``ppo_core/checks/catalog.py``, the exercise table, imported on its own.
+
+    Importing it as ``ppo_core.checks.catalog`` would run ``ppo_core.checks``, which imports torch;
+    the generator needs only the table. The module is registered under its own name, so a later
+    ``import ppo_core.checks`` in the same process shares it (one ``Exercise`` class, one table).
+    """
+    name = "ppo_core.checks.catalog"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "ppo_core" / "checks" / "catalog.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+_catalog = _load_catalog()
+CHAPTER_TITLES, EXERCISES, START, END = _catalog.CHAPTER_TITLES, _catalog.EXERCISES, _catalog.START, _catalog.END
+Exercise, exercise_by_id, exercise_for_checker = (
+    _catalog.Exercise,
+    _catalog.exercise_by_id,
+    _catalog.exercise_for_checker,
+)
 
 __all__ = [
     "REPO_URL",
@@ -46,136 +72,9 @@ REPO_URL = "https://github.com/ppo-for-llms/ppo-for-llms"
 
 BRANCH = "main"
 CHAPTERS_DIR, EXERCISES_DIR = "chapters", "exercises"
-START, END = "# SOLUTION START", "# SOLUTION END"
 EXERCISE_TAG = "exercise"
 LINKS_CELL_ID = "exercise-links"
 """The id of the markdown cell near the top of each chapter that links to its learner copy."""
-
-
-@dataclass(frozen=True)
-class Exercise:
-    """One exercise: where it lives, what the learner writes and which checker grades it."""
-
-    id: str  # "3.1"
-    chapter: str  # the notebook's file stem, "03_gae"
-    title: str  # the heading after "### Exercise 3.1 — "
-    function: str  # the function the exercise cell defines
-    checker: str  # the ppo_core.checks function that grades it
-    hint: str  # the first step, shown in the stub
-
-    @property
-    def plain_title(self) -> str:
-        return self.title.replace("`", "")
-
-
-CHAPTER_TITLES = {
-    "01_logprobs": "Logprob alignment",
-    "02_masking": "Masking",
-    "03_gae": "Rewards, KL and GAE",
-    "04_losses": "Clipped losses",
-    "05_full_loop": "The full loop",
-    "06_reward_models": "Reward models",
-}
-
-EXERCISES = (
-    Exercise(
-        "1.1",
-        "01_logprobs",
-        "Response logprobs from full logits",
-        "gather_response_logprobs",
-        "check_gather_response_logprobs",
-        "the output that scores response token t sits at position prompt_len - 1 + t",
-    ),
-    Exercise(
-        "1.2",
-        "01_logprobs",
-        "Entropy from logits",
-        "compute_entropy",
-        "check_entropy_from_logits",
-        "scale first, z = logits.float() / temperature, and use log_softmax, never log(softmax)",
-    ),
-    Exercise(
-        "2.1",
-        "02_masking",
-        "`masked_whiten`",
-        "masked_whiten",
-        "check_masked_whiten",
-        "the statistics are two scalars for the whole batch: masked_mean(x, mask) and masked_var(x, mask)",
-    ),
-    Exercise(
-        "2.2",
-        "02_masking",
-        "`response_mask`",
-        "response_mask",
-        "check_response_mask",
-        "count the EOS tokens strictly before each position with torch.cumsum along the row",
-    ),
-    Exercise(
-        "3.1",
-        "03_gae",
-        "`compute_gae`",
-        "my_compute_gae",
-        "check_compute_gae",
-        "loop for t in reversed(range(T)), carrying the (B,) advantage of the next position",
-    ),
-    Exercise(
-        "3.2",
-        "03_gae",
-        "`token_rewards`",
-        "my_token_rewards",
-        "check_token_rewards",
-        "start from torch.where(mask, -kl_coef * kl, 0.0); the score goes on each row's last True token",
-    ),
-    Exercise(
-        "4.1",
-        "04_losses",
-        "the clipped policy loss",
-        "policy_loss",
-        "check_policy_loss",
-        "ratio = torch.exp(logprobs - old_logprobs); the loss takes the larger of the two negated terms",
-    ),
-    Exercise(
-        "4.2",
-        "04_losses",
-        "the clipped value loss",
-        "value_loss",
-        "check_value_loss",
-        "clip around the old values: old_values + torch.clamp(values - old_values, -clip_eps, clip_eps)",
-    ),
-    Exercise(
-        "4.3",
-        "04_losses",
-        "the entropy loss",
-        "entropy_loss",
-        "check_entropy_loss",
-        "logp = torch.log_softmax(logits.float() / temperature, dim=-1); mind the sign of the loss",
-    ),
-    Exercise(
-        "5.1",
-        "05_full_loop",
-        "one PPO minibatch update",
-        "minibatch_update",
-        "check_minibatch_update",
-        "zero the gradients, then per micro-batch one forward actor(ids, attention_mask, position_ids, keep=...)",
-    ),
-    Exercise(
-        "6.1",
-        "06_reward_models",
-        "the pairwise reward-model loss",
-        "pairwise_loss",
-        "check_pairwise_loss",
-        "read each row at its last real token: last = (torch.arange(L) * mask).argmax(-1); then F.logsigmoid",
-    ),
-)
-"""Every exercise of the course, in reading order. A test checks this table against the chapters."""
-
-_BY_CHECKER = {ex.checker: ex for ex in EXERCISES}
-_BY_ID = {ex.id: ex for ex in EXERCISES}
-
-
-def exercise_for_checker(checker_name: str) -> Exercise | None:
-    """The exercise that ``checks.<checker_name>`` grades, or None."""
-    return _BY_CHECKER.get(checker_name)
 
 
 def colab_url(chapter: str) -> str:
@@ -269,10 +168,10 @@ def find_exercises(nb: dict, chapter: str) -> list[dict]:
         if heading is None:
             raise ExerciseError(f"{where}: no `### Exercise N.M — title` markdown heading above the exercise cell")
         ex_id = _HEADING.findall(_source(cells[heading]))[-1][0]
-        ex = _BY_ID.get(ex_id)
+        ex = exercise_by_id(ex_id)
         if ex is None or ex.chapter != chapter:
             raise ExerciseError(
-                f"{where}: exercise {ex_id} is not in ppo_core.exercises.EXERCISES for chapter {chapter}"
+                f"{where}: exercise {ex_id} is not in ppo_core.checks.catalog.EXERCISES for chapter {chapter}"
             )
         names = _DEF.findall(_source(cell))
         if ex.function not in names:
@@ -336,7 +235,7 @@ def _header(chapter: str, exercises: list[dict]) -> str:
         f"The solutions are in the chapter itself, [`chapters/{chapter}.ipynb`](../chapters/{chapter}.ipynb) "
         f"(in Colab: [open this copy]({colab_url(chapter)})).\n"
         "\n"
-        f"*Generated from `chapters/{chapter}.ipynb` by `python -m ppo_core.exercises build`: edit the chapter, "
+        f"*Generated from `chapters/{chapter}.ipynb` by `python -m tools.exercises build`: edit the chapter, "
         "not this file.*\n"
     )
 
@@ -455,7 +354,7 @@ def stale(root: Path | None = None, out: Path | None = None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ppo_core.exercises", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.exercises", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "command", choices=["build", "check"], help="build: write the learner copies; check: exit 1 if one is stale"
     )
@@ -476,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if problems:
         print(
-            "stale learner copies (run `python -m ppo_core.exercises build`):\n  " + "\n  ".join(problems),
+            "stale learner copies (run `python -m tools.exercises build`):\n  " + "\n  ".join(problems),
             file=sys.stderr,
         )
         return 1

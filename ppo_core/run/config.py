@@ -1,6 +1,6 @@
 """Chapter 05 - every knob of a run, with its meaning, in one typed config.
 
-Presets live in ``ppo_core/configs/*.yaml``; ``load_config("cpu", ["ppo.lr=1e-4"])`` merges a preset
+Presets live in ``ppo_core/run/configs/*.yaml``; ``load_config("cpu", ["ppo.lr=1e-4"])`` merges a preset
 (or a YAML path) and dotted ``key=value`` overrides onto these dataclasses. OmegaConf rejects unknown
 keys and wrong types; we turn its errors into one line that names the fix.
 """
@@ -215,7 +215,7 @@ def _did_you_mean(key: str, valid: list[str]) -> str:
 
 def _preset_path(preset: str) -> Path:
     if preset in PRESETS:
-        return Path(str(resources.files("ppo_core") / "configs" / f"{preset}.yaml"))
+        return Path(str(resources.files("ppo_core.run") / "configs" / f"{preset}.yaml"))
     path = Path(preset).expanduser()
     if not path.is_file():
         raise ConfigError(f"no preset or file {preset!r}: use one of {', '.join(PRESETS)} or a path to a YAML file")

@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from ppo_core.rewards import ANSWER_MARKER, gold_number
+from .rewards import ANSWER_MARKER, gold_number
 
 __all__ = ["SYSTEM_PROMPT", "PROMPT_STYLES", "load_gsm8k", "gold_number", "build_prompt"]
 

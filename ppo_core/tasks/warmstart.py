@@ -2,8 +2,8 @@
 
 RLHF starts PPO from a model that already writes answers in the right form (InstructGPT's SFT
 model). Our offline run has no pretrained model, so we make one: a tiny character-level model
-(``ppo_core.tiny``) trained by next-token cross-entropy on the synthetic task's solutions
-(``ppo_core.synthetic``). Only the completion tokens are scored; the prompt tokens are masked out::
+(``ppo_core.tasks.tiny``) trained by next-token cross-entropy on the synthetic task's solutions
+(``ppo_core.tasks.synthetic``). Only the completion tokens are scored; the prompt tokens are masked out::
 
     tokens   <bos> A n n   h a s   3 ... ? \\n  3 + 4 = 7 \\n # # # #   7 <eos> <pad> ...
     labels   -100 (prompt, never scored) ......  3 + 4 = 7 \\n # # # #   7 <eos> -100 ...
@@ -225,13 +225,13 @@ def warm_start(out_dir: str | Path, seed: int = 0, steps: int = 450, batch_size:
         steps, batch_size, lr: supervised steps, sequences per step, peak AdamW learning rate
             (linear warm-up over the first 10 % of steps, cosine decay to 0).
         answer_noise: share of targets whose final number is replaced by an operand (``noisy_answer``).
-        arch, size: the model (``ppo_core.tiny.build_tiny_model``); ``size`` overrides the default size.
+        arch, size: the model (``ppo_core.tasks.tiny.build_tiny_model``); ``size`` overrides the default size.
         n_train, n_test: sizes of the synthetic splits (``make_synthetic_task``).
         eval_samples: held-out problems scored after training (recorded, not part of the cache key).
         force: retrain even if the cache holds this setting.
 
     The folder loads with ``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained``
-    (or ``ppo_core.tiny.load_tiny``) and holds ``warmstart.json``: the settings, the loss curve,
+    (or ``ppo_core.tasks.tiny.load_tiny``) and holds ``warmstart.json``: the settings, the loss curve,
     times, parameter count, peak RSS, and held-out accuracies sampled at temperature 1 and greedy,
     of the final answer and of the working line. Training runs with the global torch RNG saved and
     restored, so a cache miss does not change the caller's random stream.

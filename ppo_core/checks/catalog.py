@@ -1,0 +1,144 @@
+"""The course's exercises: one row per exercise, read by the checkers and by ``tools/exercises.py``.
+
+The checkers use this table to name the exercise a failure belongs to and to keep ``checks.progress()``;
+the learner-copy generator (``python -m tools.exercises build``, an authoring tool outside the package)
+imports it to find each chapter's exercise cells. A new exercise adds its row to ``EXERCISES``.
+"""
+
+from dataclasses import dataclass
+
+__all__ = ["START", "END", "CHAPTER_TITLES", "EXERCISES", "Exercise", "exercise_by_id", "exercise_for_checker"]
+
+START, END = "# SOLUTION START", "# SOLUTION END"
+"""The marker lines around the worked solution in a chapter's exercise cell."""
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise: where it lives, what the learner writes and which checker grades it."""
+
+    id: str  # "3.1"
+    chapter: str  # the notebook's file stem, "03_gae"
+    title: str  # the heading after "### Exercise 3.1 — "
+    function: str  # the function the exercise cell defines
+    checker: str  # the ppo_core.checks function that grades it
+    hint: str  # the first step, shown in the stub
+
+    @property
+    def plain_title(self) -> str:
+        return self.title.replace("`", "")
+
+
+CHAPTER_TITLES = {
+    "01_logprobs": "Logprob alignment",
+    "02_masking": "Masking",
+    "03_gae": "Rewards, KL and GAE",
+    "04_losses": "Clipped losses",
+    "05_full_loop": "The full loop",
+    "06_reward_models": "Reward models",
+}
+
+EXERCISES = (
+    Exercise(
+        "1.1",
+        "01_logprobs",
+        "Response logprobs from full logits",
+        "gather_response_logprobs",
+        "check_gather_response_logprobs",
+        "the output that scores response token t sits at position prompt_len - 1 + t",
+    ),
+    Exercise(
+        "1.2",
+        "01_logprobs",
+        "Entropy from logits",
+        "compute_entropy",
+        "check_entropy_from_logits",
+        "scale first, z = logits.float() / temperature, and use log_softmax, never log(softmax)",
+    ),
+    Exercise(
+        "2.1",
+        "02_masking",
+        "`masked_whiten`",
+        "masked_whiten",
+        "check_masked_whiten",
+        "the statistics are two scalars for the whole batch: masked_mean(x, mask) and masked_var(x, mask)",
+    ),
+    Exercise(
+        "2.2",
+        "02_masking",
+        "`response_mask`",
+        "response_mask",
+        "check_response_mask",
+        "count the EOS tokens strictly before each position with torch.cumsum along the row",
+    ),
+    Exercise(
+        "3.1",
+        "03_gae",
+        "`compute_gae`",
+        "my_compute_gae",
+        "check_compute_gae",
+        "loop for t in reversed(range(T)), carrying the (B,) advantage of the next position",
+    ),
+    Exercise(
+        "3.2",
+        "03_gae",
+        "`token_rewards`",
+        "my_token_rewards",
+        "check_token_rewards",
+        "start from torch.where(mask, -kl_coef * kl, 0.0); the score goes on each row's last True token",
+    ),
+    Exercise(
+        "4.1",
+        "04_losses",
+        "the clipped policy loss",
+        "policy_loss",
+        "check_policy_loss",
+        "ratio = torch.exp(logprobs - old_logprobs); the loss takes the larger of the two negated terms",
+    ),
+    Exercise(
+        "4.2",
+        "04_losses",
+        "the clipped value loss",
+        "value_loss",
+        "check_value_loss",
+        "clip around the old values: old_values + torch.clamp(values - old_values, -clip_eps, clip_eps)",
+    ),
+    Exercise(
+        "4.3",
+        "04_losses",
+        "the entropy loss",
+        "entropy_loss",
+        "check_entropy_loss",
+        "logp = torch.log_softmax(logits.float() / temperature, dim=-1); mind the sign of the loss",
+    ),
+    Exercise(
+        "5.1",
+        "05_full_loop",
+        "one PPO minibatch update",
+        "minibatch_update",
+        "check_minibatch_update",
+        "zero the gradients, then per micro-batch one forward actor(ids, attention_mask, position_ids, keep=...)",
+    ),
+    Exercise(
+        "6.1",
+        "06_reward_models",
+        "the pairwise reward-model loss",
+        "pairwise_loss",
+        "check_pairwise_loss",
+        "read each row at its last real token: last = (torch.arange(L) * mask).argmax(-1); then F.logsigmoid",
+    ),
+)
+"""Every exercise of the course, in reading order. A test checks this table against the chapters."""
+
+_BY_CHECKER = {ex.checker: ex for ex in EXERCISES}
+_BY_ID = {ex.id: ex for ex in EXERCISES}
+
+
+def exercise_for_checker(checker_name: str) -> Exercise | None:
+    """The exercise that ``checks.<checker_name>`` grades, or None."""
+    return _BY_CHECKER.get(checker_name)
+
+
+def exercise_by_id(ex_id: str) -> Exercise | None:
+    """The exercise labelled ``ex_id`` ("3.1"), or None."""
+    return _BY_ID.get(ex_id)

@@ -1,0 +1,12 @@
+"""Run infrastructure: everything around the PPO step that a real training run needs.
+
+| module              | what it holds                                                        |
+| ------------------- | -------------------------------------------------------------------- |
+| run.config          | typed config, presets (``run/configs/*.yaml``), key=value overrides  |
+| run.setup           | device, task, models and optimizer built from a config               |
+| run.checkpoint      | atomic checkpoint writes, recovery, pruning, resume checks, signals  |
+| run.guards          | NaN guards: ``NonFiniteError`` and the checks that raise it          |
+| run.metrics         | metrics log (JSONL, TensorBoard, W&B) and the dashboard figure       |
+| run.evaluation      | held-out accuracy of a model or a checkpoint                         |
+| run.cli             | ``python -m ppo_core.train`` and ``python -m ppo_core.evaluate``     |
+"""

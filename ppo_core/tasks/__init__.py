@@ -1,0 +1,10 @@
+"""Tasks and data: what the policy is trained on and how an answer is scored.
+
+| module              | what it holds                                                      |
+| ------------------- | ------------------------------------------------------------------ |
+| tasks.rewards       | the GSM8K answer parser and reward                                 |
+| tasks.data          | GSM8K loading (hub or local JSONL) and prompts                     |
+| tasks.synthetic     | the offline synthetic task in GSM8K's format                       |
+| tasks.tiny          | a tiny model and character tokenizer built offline                 |
+| tasks.warmstart     | the cached supervised warm start (the SFT stage)                   |
+"""
