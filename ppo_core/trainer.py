@@ -54,7 +54,7 @@ from .run.checkpoint import (
 from .run.config import Config, ConfigError
 from .run.guards import DIVERGED_HINT, NonFiniteError, nonfinite_parameters, skip_reason
 from .run.metrics import MetricsLogger, last_logged_step, plot_dashboard, read_metrics
-from .run.setup import build_optimizer, fit_prompt_len, load_models, load_task, resolve_device
+from .run.setup import build_optimizer, fit_prompt_len, load_models, load_reward_model, load_task, resolve_device
 from .update import minibatch_update
 
 __all__ = ["PPOTrainer"]
@@ -71,6 +71,7 @@ class PPOTrainer:
         recover_interrupted_saves(self.out)
         resume = self._resume_path()  # every check that can refuse the run comes before anything is written
         self.train_records, self.test_records, self.reward_fn, self.correct_fn = load_task(cfg)
+        self.reward_model = load_reward_model(cfg, self.device)  # None: the rule scores (chapter 06)
         self.actor, self.ref, self.tokenizer, self.init_path = load_models(cfg, self.device)
         fit_prompt_len(cfg, self.actor.lm)
         self.optimizer = build_optimizer(self.actor, cfg.ppo)
@@ -151,9 +152,7 @@ class PPOTrainer:
         t1 = time.perf_counter()
         # 2. score
         score(self.actor, self.ref, ro, cfg.rollout.temperature, p.minibatch_size)
-        scores = torch.tensor(
-            [self.reward_fn(c, r["answer"]) for c, r in zip(ro.completions, records)], device=self.device
-        )
+        scores = self.sequence_scores(records, ro.completions)
         self._check_rollout(ro, scores, n)
         t2 = time.perf_counter()
         # 3. reward: task score + per-token KL penalty against the frozen reference
@@ -182,6 +181,7 @@ class PPOTrainer:
             "rollout/correct_rate": float(
                 np.mean([self.correct_fn(c, r["answer"]) for c, r in zip(ro.completions, records)])
             ),
+            **self._reward_model_metrics(records, ro.completions),
             "rollout/response_length": ro.mask.sum(1).float().mean().item(),
             "rollout/eos_rate": eos.float().mean().item(),
             "params/kl_to_ref": kl_to_ref,
@@ -198,6 +198,37 @@ class PPOTrainer:
         self.logger.log(self.step_count, metrics)  # flushed now: a crash loses at most the next step
         self._check_after_update()
         return metrics
+
+    def sequence_scores(self, records: list[dict], completions: list[str]) -> torch.Tensor:
+        """The score of each response, (B,): the task's rule, or the frozen reward model on prompt + response.
+
+        The reward model (``reward.type=model``) reads the decoded ``prompt + completion`` once per rollout,
+        in eval mode with no gradient, and returns scores normalised on the starting policy's samples.
+        """
+        if self.reward_model is None:
+            return torch.tensor(
+                [self.reward_fn(c, r["answer"]) for c, r in zip(completions, records)], device=self.device
+            )
+        texts = [prompt + c for prompt, c in zip(self.prompts(records), completions)]
+        return self.reward_model.score_texts(texts).to(self.device)
+
+    def _reward_model_metrics(self, records: list[dict], completions: list[str]) -> dict:
+        """With a learned reward: the rule's score and (synthetic task) the gold reward of the same responses."""
+        if self.reward_model is None:
+            return {}
+        from .tasks.preferences import gold_reward
+
+        out = {
+            "rollout/rule_reward": float(
+                np.mean([self.reward_fn(c, r["answer"]) for c, r in zip(completions, records)])
+            )
+        }
+        if self.cfg.data.task == "synthetic":
+            coef = self.cfg.reward.gold_length_coef
+            out["rollout/gold_reward"] = float(
+                np.mean([gold_reward(c, r["answer"], coef) for c, r in zip(completions, records)])
+            )
+        return out
 
     def update(self, ro, advantages, returns) -> dict:
         """``ppo_epochs`` passes over the rollout in shuffled minibatches.

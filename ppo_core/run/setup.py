@@ -16,7 +16,16 @@ import torch
 from ..model import ActorWithValueHead, make_reference
 from .config import Config, ConfigError
 
-__all__ = ["resolve_device", "load_task", "load_models", "build_optimizer", "fit_prompt_len", "model_context", "DTYPES"]
+__all__ = [
+    "resolve_device",
+    "load_reward_model",
+    "load_task",
+    "load_models",
+    "build_optimizer",
+    "fit_prompt_len",
+    "model_context",
+    "DTYPES",
+]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -185,3 +194,18 @@ def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
             "whose two moment estimates take 2 (bf16) to 4 (fp32) times the memory of 8-bit ones"
         )
     return torch.optim.AdamW(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
+
+
+def load_reward_model(cfg: Config, device: torch.device):
+    """The frozen reward model of ``reward.type=model`` (eval mode, no gradients, on ``device``); None: the rule."""
+    if cfg.reward.type != "model":
+        return None
+    from ..reward_model import RewardModel
+
+    try:
+        rm = RewardModel.from_pretrained(Path(cfg.reward.path).expanduser())
+    except (OSError, ValueError) as err:
+        raise ConfigError(
+            f"reward.path={cfg.reward.path}: cannot load a reward model ({str(err).splitlines()[0]})"
+        ) from None
+    return rm.to(device).eval().requires_grad_(False)
