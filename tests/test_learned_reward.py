@@ -64,3 +64,19 @@ def test_cli_exit_2(tmp_path, capsys):
     assert main(["reward.type=model", f"reward.path={tmp_path}", f"train.output_dir={tmp_path / 'out'}"]) == 2
     assert "reward.type=model needs reward.path" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_overoptimisation_curve_records_proxy_gold_and_kl(
+    tiny_model_path, tiny_overrides, rm_path, tmp_path, one_thread
+):
+    from ppo_core.run.overoptimisation import CURVE_KEYS, ppo_against_reward_model
+
+    extra = [
+        o
+        for o in tiny_overrides(tiny_model_path, tmp_path / "unused", 1)
+        if not o.startswith(("train.output_dir", "train.steps"))
+    ]
+    run = ppo_against_reward_model(rm_path, 0.05, 2, str(tmp_path / "o"), extra, n_samples=3)
+    assert [c["step"] for c in run["curve"]] == [1, 2] and set(run["curve"][0]) == set(CURVE_KEYS)
+    assert run["curve"][0]["sqrt_kl"] >= 0 and len(run["samples"]) == 3
+    assert {"completion", "proxy", "gold"} <= set(run["samples"][0])
