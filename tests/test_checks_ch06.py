@@ -71,6 +71,6 @@ def detached(cv, cm, rv, rm):
         (detached, "no gradient"),
     ],
 )
-def test_wrong_versions_are_named(wrong, message):
+def test_wrong_version_names_the_mistake(wrong, message):
     with pytest.raises(CheckFailure, match=message):
         checks.check_pairwise_loss(wrong)
