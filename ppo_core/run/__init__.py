@@ -9,4 +9,6 @@
 | run.metrics         | metrics log (JSONL, TensorBoard, W&B) and the dashboard figure       |
 | run.evaluation      | held-out accuracy of a model or a checkpoint                         |
 | run.cli             | ``python -m ppo_core.train`` and ``python -m ppo_core.evaluate``     |
+| run.rm              | ``python -m ppo_core.train_rm``: the reward model's config and run   |
+| run.overoptimisation | PPO against a learned reward: proxy, gold and sqrt(KL) per step     |
 """

@@ -7,4 +7,5 @@
 | tasks.synthetic     | the offline synthetic task in GSM8K's format                       |
 | tasks.tiny          | a tiny model and character tokenizer built offline                 |
 | tasks.warmstart     | the cached supervised warm start (the SFT stage)                   |
+| tasks.preferences   | gold-labelled preference pairs; the prompt/chosen/rejected loader  |
 """
