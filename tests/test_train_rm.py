@@ -101,3 +101,16 @@ def test_process_exit_code(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "not found" in proc.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_synthetic_default_path(tmp_path, capsys):
+    """The preset's own path: warm start (a few steps, its own cache), gold-labelled pairs, a small fresh trunk."""
+    out = tmp_path / "rm"
+    argv = [f"warmstart.cache_dir={tmp_path / 'cache'}", "warmstart.steps=3", "data.n_pairs=24", "data.eval_pairs=8",
+            "data.max_new_tokens=8", "train.normalize_samples=16", "train.steps=3", "train.batch_size=4",
+            "model.hidden_size=32", f"train.output_dir={out}", "train.progress=false"]  # fmt: skip
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["train_pairs"] >= 1 and summary["heldout_pairs"] >= 1
+    rm = RewardModel.from_pretrained(out / "final")
+    assert rm.norm_info == {"n": 16, "source": "synthetic"} and rm.std > 0
