@@ -30,7 +30,8 @@ def main():
     ap.add_argument("--pairs", type=int, default=256)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--out", default="outputs/overopt")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
@@ -43,7 +44,12 @@ def main():
     curves = {}
     for kl in args.kl:
         t1 = time.perf_counter()
-        overrides = [f"rollout.batch_size={args.batch}", f"ppo.minibatch_size={args.batch}", f"ppo.lr={args.lr}"]
+        overrides = [
+            f"rollout.batch_size={args.batch}",
+            f"ppo.minibatch_size={args.batch}",
+            f"ppo.lr={args.lr}",
+            f"ppo.ppo_epochs={args.epochs}",
+        ]
         run = ppo_against_reward_model(f"{args.out}/rm/final", kl, args.steps, f"{args.out}/ppo_{kl}", overrides)
         curves[kl] = run["curve"]
         for c in curves[kl]:

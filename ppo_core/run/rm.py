@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 
 from .config import ConfigError, WarmStartConfig, _merge
 
-__all__ = ["RMConfig", "load_rm_config", "fit_reward_model", "main", "RM_PRESETS"]
+__all__ = ["RMConfig", "load_rm_config", "fit_reward_model", "train_rm", "warm_start_path", "main", "RM_PRESETS"]
 
 RM_PRESETS = ("rm_cpu",)
 
@@ -212,7 +212,7 @@ def _pairs(cfg: RMConfig, warm_path):
     return pairs, held, [build_prompt(r["question"]) + y for r, y in zip(records, samples)]
 
 
-def _warm(cfg: RMConfig) -> Path:
+def warm_start_path(cfg: RMConfig) -> Path:
     """The warm-started tiny policy (cached; the same settings as the PPO CLI's default run share one folder)."""
     from ..tasks.warmstart import warm_start
 
@@ -314,7 +314,7 @@ def train_rm(cfg: RMConfig) -> dict:
     resume = _resume_path(cfg)  # every refusal comes before anything is written
     if cfg.data.source != "synthetic":
         _pairs(cfg, None)  # a bad data file fails here, before the warm start and before anything is written
-    warm = _warm(cfg) if (cfg.data.source == "synthetic" or cfg.model.init == "tiny") else None
+    warm = warm_start_path(cfg) if (cfg.data.source == "synthetic" or cfg.model.init == "tiny") else None
     pairs, held, norm_texts = _pairs(cfg, warm)
     rm = _build_rm(cfg, warm, resume)
     optimizer = torch.optim.AdamW(rm.parameters(), lr=cfg.train.lr)
