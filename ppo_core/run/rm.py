@@ -22,8 +22,6 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see ppo_core.train
-
 from omegaconf import OmegaConf
 
 from .config import ConfigError, WarmStartConfig, _merge
@@ -377,6 +375,7 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default="rm_cpu", help="a preset (rm_cpu) or a YAML file (default: rm_cpu)")
     ap.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.steps=50 data.source=x.jsonl")
     args = ap.parse_args(argv)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads (see run.cli)
     try:
         cfg = load_rm_config(args.config, args.overrides)
         if not cfg.train.progress:
