@@ -29,9 +29,10 @@ The layers, from the commands a user types down to the maths a learner derives:
 | ppo_core.rollout    | 05      | sampling responses and scoring them                      |
 | ppo_core.update     | 05      | one PPO minibatch update                                 |
 | ppo_core.trainer    | 05      | the PPO step as the numbered algorithm box               |
+| ppo_core.reward_model | 06    | reward model: last-token score, Bradley-Terry loss, norm |
 | ppo_core.run        | 05      | config, setup, checkpoints, NaN guards, metrics, the CLI |
 | ppo_core.tasks      | 05      | rewards, GSM8K data, the synthetic task, the warm start  |
-| ppo_core.checks     | 01-05   | checkers for the exercises, the exercise table, progress |
+| ppo_core.checks     | 01-06   | checkers for the exercises, the exercise table, progress |
 | ppo_core.widgets    | 03-04   | the two interactive figures                              |
 
 Shape names used everywhere: B sequences, P prompt tokens, T response tokens, V vocabulary.

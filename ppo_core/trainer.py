@@ -35,12 +35,14 @@ from .run.setup import (
     build_optimizer,
     fit_prompt_len,
     load_models,
+    load_reward_model,
     load_task,
     resolve_device,
     seed_everything,
     update_hparams,
 )
 from .tasks.data import build_prompt
+from .tasks.preferences import gold_reward
 from .update import minibatch_update
 
 __all__ = ["PPOTrainer", "StepRecord"]
@@ -78,6 +80,7 @@ class PPOTrainer:
         recover_interrupted_saves(self.out)
         self.resumed_from = resume.resume_path(cfg)  # every check that can refuse the run comes first
         self.train_records, self.test_records, self.reward_fn, self.correct_fn = load_task(cfg)
+        self.reward_model = load_reward_model(cfg, self.device)  # reward.type=model (chapter 06); None: the rule
         self.actor, self.ref, self.tokenizer, self.init_path = load_models(cfg, self.device)
         fit_prompt_len(cfg, self.actor.lm)
         if cfg.train.fast_paths:  # same numbers up to float rounding, less work (run/fastpaths.py)
@@ -143,12 +146,35 @@ class PPOTrainer:
             raise diagnosis from None
         t1 = time.perf_counter()
         score(self.actor, self.ref, ro, cfg.rollout.temperature, cfg.ppo.minibatch_size, cache)  # 2. score
-        ro.scores = torch.tensor(
-            [self.reward_fn(c, r["answer"]) for c, r in zip(ro.completions, records)], device=self.device
-        )
+        ro.scores = self.sequence_scores(records, ro.completions)
         guards.check_rollout(ro, n, self.out)
         self.times = {"time/rollout": t1 - t0, "time/score": time.perf_counter() - t1}
         return ro
+
+    def sequence_scores(self, records: list[dict], completions: list[str]) -> torch.Tensor:
+        """The score of each response, (B,): the task's rule, or the frozen reward model on prompt + response.
+
+        The reward model (``reward.type=model``, chapter 06) reads the decoded ``prompt + completion`` once
+        per rollout, in eval mode with no gradient, and returns scores normalised on the starting policy's
+        samples.
+        """
+        if self.reward_model is None:
+            scores = [self.reward_fn(c, r["answer"]) for c, r in zip(completions, records)]
+            return torch.tensor(scores, device=self.device)
+        texts = [prompt + c for prompt, c in zip(self.prompts(records), completions)]
+        return self.reward_model.score_texts(texts).to(self.device)
+
+    def reward_model_metrics(self, records: list[dict], completions: list[str]) -> dict:
+        """With a learned reward: the rule's score and (synthetic task) the gold reward of the same responses."""
+        if self.reward_model is None:
+            return {}
+        rule = [self.reward_fn(c, r["answer"]) for c, r in zip(completions, records)]
+        out = {"rollout/rule_reward": sum(rule) / max(len(rule), 1)}
+        if self.cfg.data.task == "synthetic":
+            coef = self.cfg.reward.gold_length_coef
+            gold = [gold_reward(c, r["answer"], coef) for c, r in zip(completions, records)]
+            out["rollout/gold_reward"] = sum(gold) / max(len(gold), 1)
+        return out
 
     def learn(self, ro: Rollout) -> dict:
         """Steps 3-6 on a scored rollout; returns the update's and the KL's metrics, keeps ``last_step``."""

@@ -35,6 +35,7 @@ CHAPTER_TITLES = {
     "03_gae": "Rewards, KL and GAE",
     "04_losses": "Clipped losses",
     "05_full_loop": "The full loop",
+    "06_reward_models": "Reward models",
 }
 
 EXERCISES = (
@@ -125,6 +126,14 @@ EXERCISES = (
         "minibatch_update",
         "check_minibatch_update",
         "zero the gradients, then per micro-batch one forward actor(ids, attention_mask, position_ids, keep=...)",
+    ),
+    Exercise(
+        "6.1",
+        "06_reward_models",
+        "the pairwise reward-model loss",
+        "pairwise_loss",
+        "check_pairwise_loss",
+        "read each row at its last real token: last = (torch.arange(L) * mask).argmax(-1); then F.logsigmoid",
     ),
 )
 """Every exercise of the course, in reading order. A test checks this table against the chapters."""

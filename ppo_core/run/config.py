@@ -165,6 +165,18 @@ class TrainConfig:
 
 
 @dataclass
+class RewardConfig:
+    """Where the sequence score comes from (chapter 06): the task's rule, or a learned reward model."""
+
+    type: str = "rule"
+    """'rule': the task's reward (chapter 05); 'model': a reward model trained by python -m ppo_core.train_rm."""
+    path: str = ""
+    """With type=model: the reward model's folder (e.g. outputs/rm/final); frozen, scores normalised."""
+    gold_length_coef: float = 0.05
+    """With type=model on the synthetic task: the length charge of the gold reward logged as rollout/gold_reward."""
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
@@ -172,6 +184,7 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
 
 
 class ConfigError(ValueError):
@@ -295,6 +308,13 @@ def validate(c: Config) -> None:
     from .setup import DEVICES, DTYPES, OPTIMIZERS, TASKS
 
     p, r = c.ppo, c.rollout
+    _check(c.reward.type in ("rule", "model"), f"reward.type must be rule or model, got {c.reward.type!r}")
+    if c.reward.type == "model":
+        _check(
+            (Path(c.reward.path).expanduser() / "config.json").is_file(),
+            f"reward.type=model needs reward.path, a reward-model folder (train one with python -m ppo_core.train_rm"
+            f" and pass its final/); {c.reward.path or 'no path'!r} holds no config.json",
+        )
     _check(p.clip_eps > 0, f"ppo.clip_eps must be > 0, got {p.clip_eps}")
     _check(p.vf_clip_eps > 0, f"ppo.vf_clip_eps must be > 0, got {p.vf_clip_eps}")
     _check(0 <= p.lam <= 1, f"ppo.lam must be in [0, 1], got {p.lam}")

@@ -105,6 +105,7 @@ def record_step(trainer, records: list[dict], ro, metrics: dict) -> dict:
     metrics = {
         "rollout/reward_mean": ro.scores.mean().item(),
         "rollout/correct_rate": accuracy(ro.completions, records, trainer.correct_fn),
+        **trainer.reward_model_metrics(records, ro.completions),  # learned reward: rule and gold beside it
         "rollout/response_length": ro.mask.sum(1).float().mean().item(),
         "rollout/eos_rate": eos.float().mean().item(),
         **metrics,

@@ -27,6 +27,7 @@ from .precision import DTYPES
 
 __all__ = [
     "resolve_device",
+    "load_reward_model",
     "load_task",
     "load_models",
     "build_optimizer",
@@ -202,6 +203,21 @@ def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
             stacklevel=2,
         )
     return torch.optim.AdamW(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
+
+
+def load_reward_model(cfg: Config, device: torch.device):
+    """The frozen reward model of ``reward.type=model`` (eval mode, no gradients, on ``device``); None: the rule."""
+    if cfg.reward.type != "model":
+        return None
+    from ..reward_model import RewardModel
+
+    try:
+        rm = RewardModel.from_pretrained(Path(cfg.reward.path).expanduser())
+    except (OSError, ValueError) as err:
+        raise ConfigError(
+            f"reward.path={cfg.reward.path}: cannot load a reward model ({str(err).splitlines()[0]})"
+        ) from None
+    return rm.to(device).eval().requires_grad_(False)
 
 
 def seed_everything(seed: int) -> None:

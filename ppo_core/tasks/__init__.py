@@ -8,4 +8,5 @@
 | tasks.tiny          | a tiny model and character tokenizer built offline                 |
 | tasks.warmstart     | the cached supervised warm start (the SFT stage)                   |
 | tasks.hub_model     | a hub-shaped Qwen2 chat checkpoint built offline (BPE, two EOS ids) |
+| tasks.preferences   | gold-labelled preference pairs; the prompt/chosen/rejected loader  |
 """
