@@ -32,12 +32,13 @@ def policy_loss(
     mask: torch.Tensor,
     clip_eps: float = 0.2,
     loss_agg_mode: str = "token-mean",
+    norm_len: int | None = None,
 ) -> tuple[torch.Tensor, dict]:
     """Clipped surrogate loss (to minimise): masked mean of max(-A * ratio, -A * clip(ratio, 1 +- eps)).
 
     All inputs (B, T); ``old_logprobs`` and ``advantages`` are constants (computed at rollout time).
-    ``loss_agg_mode`` picks how the per-token terms are averaged (``aggregate_loss``, chapter 07); the
-    stats are token means whatever the mode.
+    ``loss_agg_mode`` (and ``norm_len``) pick how the per-token terms are averaged (``aggregate_loss``,
+    chapter 07); the stats are token means whatever the mode.
     stats: ``clipfrac`` (share of tokens where the clipped term is the active one), ``approx_kl``
     (k3 estimate of KL(pi_old || pi_theta), see joschu.net/blog/kl-approx.html), ``ratio_mean``.
     """
@@ -48,7 +49,7 @@ def policy_loss(
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
-    loss = aggregate_loss(torch.maximum(unclipped, clipped), mask, loss_agg_mode)
+    loss = aggregate_loss(torch.maximum(unclipped, clipped), mask, loss_agg_mode, norm_len)
     with torch.no_grad():
         stats = {
             "clipfrac": masked_mean((clipped > unclipped).to(ratio.dtype), mask).item(),

@@ -48,7 +48,7 @@ class Rollout:
     mask: torch.Tensor  # (B, T) bool response mask
     completions: list = field(default_factory=list)  # decoded responses
     logprobs: torch.Tensor | None = None  # (B, T) old policy, at the sampling temperature
-    values: torch.Tensor | None = None  # (B, T) old values
+    values: torch.Tensor | None = None  # (B, T) old values; None for an actor without a value head
     ref_logprobs: torch.Tensor | None = None  # (B, T) frozen reference
     # generate's caches, [(first row, cache)] per generation chunk, and the LM that made them (float32 only);
     # score() uses and then drops them
@@ -166,8 +166,13 @@ def _actor_from_cache(actor, ro: Rollout, temperature: float) -> tuple[torch.Ten
         pos = position_ids_from_mask(attn)[:, P - 1 :]  # (b, T)
         logits, v = actor(ids, attn, pos, past_key_values=cache)  # (b, T, V), (b, T)
         logprobs.append(logprobs_from_logits(logits, ro.response_ids[start:end], temperature))
-        values.append(v.float())
-    return torch.cat(logprobs), torch.cat(values)
+        values.append(v)
+    return torch.cat(logprobs), _cat_values(values)
+
+
+def _cat_values(values: list) -> torch.Tensor | None:
+    """The chunks' values as one float32 (B, T) tensor, or None for an actor without a value head."""
+    return None if values[0] is None else torch.cat(values).float()
 
 
 @torch.inference_mode()
@@ -188,11 +193,11 @@ def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int) -> Ro
         if not reuse:
             logits, v = actor(ids, attn, pos, keep=ro.keep)  # (b, T, V), (b, T)
             logprobs.append(logprobs_from_logits(logits, tokens, temperature))
-            values.append(v.float())
+            values.append(v)
         ref_logits, _ = lm_logits(ref_lm, ids, attn, pos, keep=ro.keep)
         ref_logprobs.append(logprobs_from_logits(ref_logits, tokens, temperature))
     if not reuse:
-        ro.logprobs, ro.values = torch.cat(logprobs), torch.cat(values)
+        ro.logprobs, ro.values = torch.cat(logprobs), _cat_values(values)
     ro.ref_logprobs = torch.cat(ref_logprobs)
     ro.caches = ro.cache_lm = None  # used once; free the memory
     return ro

@@ -6,6 +6,10 @@
     4. advantages   GAE, then whiten over the whole batch                      (gae.compute_gae)
     5. update       ppo_epochs passes over shuffled minibatches                (update.minibatch_update)
 
+Chapter 07's switches (``algo.*``, ``rollout.group_size``) change steps 1, 3, 4 and 5 only: G samples per
+prompt; the KL in the reward or in the loss; a critic-free advantage (``advantages.outcome_advantages``)
+instead of GAE, with no value head at all; how the per-token policy losses are averaged.
+
 The trainer is the only stateful piece: model, reference, optimizer, KL controller, step counter.
 It also keeps a run safe to stop at any moment:
 
@@ -34,6 +38,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from .advantages import outcome_advantages
 from .gae import compute_gae, token_rewards
 from .kl import AdaptiveKLController, FixedKLController, kl_penalty
 from .masking import masked_mean, masked_var, masked_whiten
@@ -54,7 +59,7 @@ from .run.checkpoint import (
 from .run.config import Config, ConfigError
 from .run.guards import DIVERGED_HINT, NonFiniteError, nonfinite_parameters, skip_reason
 from .run.metrics import MetricsLogger, last_logged_step, plot_dashboard, read_metrics
-from .run.setup import build_optimizer, fit_prompt_len, load_models, load_task, resolve_device
+from .run.setup import build_optimizer, fit_prompt_len, load_models, load_task, resolve_device, uses_critic
 from .update import minibatch_update
 
 __all__ = ["PPOTrainer"]
@@ -71,6 +76,7 @@ class PPOTrainer:
         recover_interrupted_saves(self.out)
         resume = self._resume_path()  # every check that can refuse the run comes before anything is written
         self.train_records, self.test_records, self.reward_fn, self.correct_fn = load_task(cfg)
+        self.critic = uses_critic(cfg)  # False for GRPO, RLOO, REINFORCE++: no value head is built
         self.actor, self.ref, self.tokenizer, self.init_path = load_models(cfg, self.device)
         fit_prompt_len(cfg, self.actor.lm)
         self.optimizer = build_optimizer(self.actor, cfg.ppo)
@@ -124,14 +130,17 @@ class PPOTrainer:
     def prompt_batch(self, step: int) -> list[dict]:
         """The records of PPO step ``step`` (1-based): a fresh seeded permutation each pass over the data.
 
-        A pure function of the step, so restoring the step count restores the data position.
+        A pure function of the step, so restoring the step count restores the data position. With
+        ``rollout.group_size`` G > 1 the step takes batch_size / G prompts and repeats each G times in a
+        row (rows [kG, kG + G) share prompt k), so every step still samples batch_size episodes.
         """
-        n, b = len(self.train_records), self.cfg.rollout.batch_size
+        G = self.cfg.rollout.group_size
+        n, b = len(self.train_records), self.cfg.rollout.batch_size // G
         out = []
         for i in range((step - 1) * b, step * b):
             epoch, j = divmod(i, n)
             perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.cfg.train.seed * 100_003 + epoch))
-            out.append(self.train_records[int(perm[j])])
+            out += [self.train_records[int(perm[j])]] * G
         return out
 
     def prompts(self, records: list[dict]) -> list[str]:
@@ -156,13 +165,19 @@ class PPOTrainer:
         )
         self._check_rollout(ro, scores, n)
         t2 = time.perf_counter()
-        # 3. reward: task score + per-token KL penalty against the frozen reference
+        # 3. reward: task score + per-token KL penalty against the frozen reference (unless the KL is in the loss)
+        a = cfg.algo
         kl = kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator)  # (B, T)
-        rewards = token_rewards(scores, kl, ro.mask, self.kl_ctl.value)
-        # 4. advantages (raw), returns, then whitening over the whole batch
-        advantages, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam)
-        if p.whiten_advantages:
-            advantages = masked_whiten(advantages, ro.mask)
+        kl_coef = self.kl_ctl.value if a.use_kl_in_reward else 0.0
+        rewards = token_rewards(scores, kl, ro.mask, kl_coef)
+        # 4. advantages: GAE with the critic, then whitening over the whole batch; or a critic-free baseline
+        if self.critic:
+            advantages, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam)
+            if p.whiten_advantages:
+                advantages = masked_whiten(advantages, ro.mask)
+        else:
+            G, norm = cfg.rollout.group_size, a.norm_adv_by_std_in_grpo
+            advantages, returns = outcome_advantages(a.adv_estimator, rewards, ro.mask, G, p.gamma, norm), None
         # 5. update
         self.actor.train()
         upd = self.update(ro, advantages, returns)
@@ -174,7 +189,6 @@ class PPOTrainer:
             .mean()
             .item()
         )
-        kl_coef = self.kl_ctl.value
         self.kl_ctl.update(kl_to_ref, len(records))
         eos = ((ro.response_ids == self.tokenizer.eos_token_id) & ro.mask).any(1)
         metrics = {
@@ -186,7 +200,7 @@ class PPOTrainer:
             "rollout/eos_rate": eos.float().mean().item(),
             "params/kl_to_ref": kl_to_ref,
             "params/kl_coef": kl_coef,
-            "params/explained_variance": explained_variance(ro.values, returns, ro.mask),
+            **({"params/explained_variance": explained_variance(ro.values, returns, ro.mask)} if self.critic else {}),
             **upd,
             "time/rollout": t1 - t0,
             "time/score": t2 - t1,
@@ -216,7 +230,9 @@ class PPOTrainer:
             "old_values": ro.values,
             "advantages": advantages,
             "returns": returns,
+            "ref_logprobs": ro.ref_logprobs if cfg.algo.use_kl_loss else None,
         }
+        data = {key: v for key, v in data.items() if v is not None}  # no critic: no values, no returns
         applied, skipped = [], []
         for epoch in range(p.ppo_epochs):
             perm = torch.randperm(B, generator=self.shuffle_gen)  # a fresh permutation each epoch
@@ -235,6 +251,10 @@ class PPOTrainer:
                     grad_accum_steps=p.grad_accum_steps,
                     max_grad_norm=p.max_grad_norm,
                     ratio_tol=cfg.train.ratio_tol if (cfg.train.check_ratio and epoch == 0 and k == 0) else None,
+                    loss_agg_mode=cfg.algo.loss_agg_mode,
+                    kl_loss_coef=cfg.algo.kl_loss_coef if cfg.algo.use_kl_loss else 0.0,
+                    kl_loss_type=cfg.algo.kl_loss_type,
+                    loss_norm_len=cfg.rollout.max_new_tokens,
                 )
                 (skipped if stats.get("params/skipped") else applied).append(stats)
                 if stats.get("params/skipped"):
@@ -274,7 +294,7 @@ class PPOTrainer:
         """Stop before an update built from NaN: name the rollout tensor that holds it."""
         tensors = {
             "old logprobs": ro.logprobs[ro.mask],
-            "values": ro.values[ro.mask],
+            "values": ro.values[ro.mask] if ro.values is not None else ro.logprobs[:0],
             "reference logprobs": ro.ref_logprobs[ro.mask],
             "scores": scores,
         }
@@ -389,7 +409,7 @@ class PPOTrainer:
                 f"resuming {path} with settings that differ from its run ({'; '.join(changed)}): "
                 "the continuation will not match an uninterrupted run"
             )
-        loaded = ActorWithValueHead.from_pretrained(str(path))
+        loaded = ActorWithValueHead.from_pretrained(str(path), with_value_head=self.critic)
         self.actor.load_state_dict(loaded.state_dict())
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device, weights_only=False))
         self.step_count, self.kl_ctl.value = state["step"], state["kl_coef"]

@@ -3,10 +3,12 @@
 logits, values = actor(prompt + response)                  one forward for both heads
 logprobs = log softmax(logits / temperature)[response]     chapter 01
 loss = policy_loss + vf_coef * value_loss + ent_coef * entropy_loss     chapter 04
+     (+ kl_loss_coef * KL to the reference, without the value loss for a critic-free method: chapter 07)
 """
 
 import torch
 
+from .advantages import kl_loss
 from .logprobs import logprobs_from_logits
 from .losses import entropy_loss, policy_loss, value_loss
 from .model import position_ids_from_mask
@@ -19,34 +21,58 @@ class RatioCheckError(RuntimeError):
 
 
 def ppo_loss(
-    actor, mb: dict, clip_eps: float, vf_clip_eps: float, vf_coef: float, ent_coef: float, temperature: float
+    actor,
+    mb: dict,
+    clip_eps: float,
+    vf_clip_eps: float,
+    vf_coef: float,
+    ent_coef: float,
+    temperature: float,
+    loss_agg_mode: str = "token-mean",
+    kl_loss_coef: float = 0.0,
+    kl_loss_type: str = "k3",
+    loss_norm_len: int | None = None,
 ) -> tuple[torch.Tensor, dict]:
     """The combined PPO loss on one (micro-)batch. ``mb`` holds the rollout tensors for its rows.
 
     mb keys: input_ids, attention_mask (B, P+T); response_ids, mask, old_logprobs, old_values,
-    advantages, returns (B, T); keep: the slice [P-1 : P+T-1].
+    advantages, returns (B, T); keep: the slice [P-1 : P+T-1]. Chapter 07's switches: an actor
+    without a value head (no value loss; old_values and returns are then not read),
+    ``loss_agg_mode`` (with ``loss_norm_len``, the constant T_max of seq-mean-token-sum-norm) for the policy
+    loss, and ``kl_loss_coef`` > 0 adds the KL to the reference (``mb["ref_logprobs"]``, estimator
+    ``kl_loss_type``) to the loss.
     """
     pos = position_ids_from_mask(mb["attention_mask"])
     logits, values = actor(mb["input_ids"], mb["attention_mask"], pos, keep=mb["keep"])  # (B, T, V), (B, T)
     logprobs = logprobs_from_logits(logits, mb["response_ids"], temperature)  # (B, T)
     mask = mb["mask"]
-    pg_loss, pg_stats = policy_loss(logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps)
-    vf_loss, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_clip_eps)
+    pg_loss, pg_stats = policy_loss(
+        logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps, loss_agg_mode, loss_norm_len
+    )
+    loss, stats = pg_loss, {}
+    if values is not None:
+        vf_loss, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_clip_eps)
+        loss = loss + vf_coef * vf_loss
+        stats.update({"loss/value": vf_loss.item(), "params/value_clipfrac": vf_stats["clipfrac"]})
+    if kl_loss_coef > 0:
+        kl_term, kl_stats = kl_loss(logprobs, mb["ref_logprobs"], mask, kl_loss_type, loss_agg_mode, loss_norm_len)
+        loss = loss + kl_loss_coef * kl_term
+        stats.update({"loss/kl": kl_term.item(), "params/kl_loss_estimate": kl_stats["kl"]})
     if ent_coef > 0:
         ent_loss, ent_stats = entropy_loss(logits, mask, temperature)
     else:  # only logged: no graph through the (B, T, V) softmax, which is large for a real vocabulary
         with torch.no_grad():
             ent_loss, ent_stats = entropy_loss(logits, mask, temperature)
-    loss = pg_loss + vf_coef * vf_loss + ent_coef * ent_loss
+    loss = loss + ent_coef * ent_loss
     with torch.no_grad():
         max_log_ratio = (logprobs - mb["old_logprobs"]).abs().masked_fill(~mask, 0).max().item()
     stats = {
         "loss/policy": pg_loss.item(),
-        "loss/value": vf_loss.item(),
+        **{k: v for k, v in stats.items() if k.startswith("loss/")},
         "loss/entropy": ent_loss.item(),
         "loss/total": loss.item(),
         "params/policy_clipfrac": pg_stats["clipfrac"],
-        "params/value_clipfrac": vf_stats["clipfrac"],
+        **{k: v for k, v in stats.items() if k.startswith("params/")},
         "params/approx_kl": pg_stats["approx_kl"],
         "params/ratio_mean": pg_stats["ratio_mean"],
         "params/entropy": ent_stats["entropy"],
@@ -68,9 +94,14 @@ def minibatch_update(
     grad_accum_steps: int = 1,
     max_grad_norm: float = 1.0,
     ratio_tol: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    kl_loss_coef: float = 0.0,
+    kl_loss_type: str = "k3",
+    loss_norm_len: int | None = None,
 ) -> dict:
     """One optimizer step on a minibatch, accumulating gradients over ``grad_accum_steps`` micro-batches.
 
+    ``loss_agg_mode``, ``kl_loss_coef``, ``kl_loss_type``, ``loss_norm_len``: chapter 07's switches (see ``ppo_loss``).
     ``ratio_tol``: if set, raise RatioCheckError when any |log ratio| exceeds it (use it on the first
     minibatch of the first epoch, where the policy has not moved yet and the ratio must be 1).
     Returns the stats averaged over micro-batches, with ``params/grad_norm`` (before clipping) and
@@ -82,7 +113,19 @@ def minibatch_update(
     totals: dict = {}
     for idx in micro:
         part = {k: (v[idx] if torch.is_tensor(v) else v) for k, v in mb.items()}
-        loss, stats = ppo_loss(actor, part, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature)
+        loss, stats = ppo_loss(
+            actor,
+            part,
+            clip_eps,
+            vf_clip_eps,
+            vf_coef,
+            ent_coef,
+            temperature,
+            loss_agg_mode,
+            kl_loss_coef,
+            kl_loss_type,
+            loss_norm_len,
+        )
         if ratio_tol is not None and stats["params/max_abs_log_ratio"] > ratio_tol:
             raise RatioCheckError(
                 f"before any update the policy/old log-ratio reached {stats['params/max_abs_log_ratio']:.2e} "

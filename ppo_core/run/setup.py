@@ -16,7 +16,16 @@ import torch
 from ..model import ActorWithValueHead, make_reference
 from .config import Config, ConfigError
 
-__all__ = ["resolve_device", "load_task", "load_models", "build_optimizer", "fit_prompt_len", "model_context", "DTYPES"]
+__all__ = [
+    "resolve_device",
+    "load_task",
+    "load_models",
+    "build_optimizer",
+    "fit_prompt_len",
+    "model_context",
+    "uses_critic",
+    "DTYPES",
+]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -121,9 +130,15 @@ def load_models(cfg: Config, device: torch.device):
     if m.gradient_checkpointing:
         lm.gradient_checkpointing_enable()
         lm.config.use_cache = False
-    actor = ActorWithValueHead(lm, m.value_head_init_std).to(device)
+    critic = uses_critic(cfg)  # GRPO, RLOO and REINFORCE++ (chapter 07) build no value head
+    actor = ActorWithValueHead(lm, m.value_head_init_std, with_value_head=critic).to(device)
     ref = make_reference(actor).to(device)
     return actor, ref, tokenizer, path
+
+
+def uses_critic(cfg: Config) -> bool:
+    """Whether the run learns a value function: only GAE (PPO) needs one (``algo.adv_estimator``, chapter 07)."""
+    return cfg.algo.adv_estimator == "gae"
 
 
 def model_context(lm) -> int | None:
@@ -168,7 +183,8 @@ def _bitsandbytes_error(device_type: str) -> str | None:
 
 
 def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
-    """AdamW over the trunk and the value head, or bitsandbytes' AdamW8bit when ppo.optimizer=adamw8bit.
+    """AdamW over the trunk and the value head (if the actor has one), or bitsandbytes' AdamW8bit when
+    ppo.optimizer=adamw8bit.
 
     If bitsandbytes cannot run here, ``adamw8bit`` falls back to torch AdamW with a warning (the same
     update, with more optimizer memory) rather than stopping the run.
