@@ -274,7 +274,7 @@ def test_progress_reports_passed_failed_not_implemented_and_not_tried(progress_f
     assert all(p[k] == "not tried" for k in p if k not in ("3.1", "3.2", "4.1"))
     assert p.passed == ["3.1"] and len(p) == len(EXERCISES)
     table = repr(p)
-    assert table.startswith("Exercises passed: 1 of 10")
+    assert table.startswith(f"Exercises passed: 1 of {len(EXERCISES)}")
     assert "03 Rewards, KL and GAE" in table and "05 The full loop" in table
     assert re.search(r"3\.1 +compute_gae +passed", table)
     assert re.search(r"4\.1 +the clipped policy loss +failed: .*flipped the sign", table)
