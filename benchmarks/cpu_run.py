@@ -68,7 +68,8 @@ def main() -> None:
                 f"{r['before/sampled_accuracy']:.3f} -> {r['after/sampled_accuracy']:.3f} ({gain:+.1f} pts) | greedy "
                 f"{r['before/greedy_accuracy']:.3f} -> {r['after/greedy_accuracy']:.3f} | approx_kl "
                 f"{r['approx_kl'][0]:.4f}..{r['approx_kl'][1]:.4f} | policy clipfrac {r['policy_clipfrac'][0]:.3f}.."
-                f"{r['policy_clipfrac'][1]:.3f} | value clipfrac {r['value_clipfrac'][0]:.3f}..{r['value_clipfrac'][1]:.3f}"
+                f"{r['policy_clipfrac'][1]:.3f} | value clipfrac "
+                f"{r['value_clipfrac'][0]:.3f}..{r['value_clipfrac'][1]:.3f}"
                 f" | KL to ref (last) {r['kl_to_ref_last']:.2f} nats",
                 flush=True,
             )

@@ -7,34 +7,22 @@
 All three come from forward passes with position ids from the attention mask and at the sampling
 temperature, so that the training forward reproduces them exactly (ratio = 1 before the first update).
 
-The prompt's keys and values are computed once. ``generate`` already ran the policy over every
-prompt token (the prefill) with the very weights the scoring forward uses, so ``score`` keeps
-positions 0..P-2 of generate's cache and runs the actor on the T positions P-1..P+T-2 only (the
-ones whose outputs score the response)::
-
-    generate:   [p0 .. p_P-2] p_P-1 r0 .. r_T-2        cache of every position it processed
-    score:      [  cached   ] p_P-1 r0 .. r_T-2        -> logits, values at P-1 .. P+T-2
-
-Prompts are most of the tokens (about 75 % in the course's CPU run), so this removes most of the
-actor's scoring forward. The result equals a full forward up to float rounding (measured on the
-tiny model: within 1e-6 nats in float32, against a ratio-check tolerance of 1e-4). We use it for a
-float32 policy only: on a GPU a cached prefix and a full forward run different kernels, whose bf16
-roundings we could not measure (on a CPU they agreed exactly), and the ratio = 1 check must not
-depend on luck; a bf16 or fp16 policy gets the full forward. The reference model has other weights
-and always runs in full.
+A ``Rollout`` is plain data: tensors, the decoded responses and, once the trainer has scored them,
+their task scores. (``run/fastpaths.py`` can let ``score`` reuse the prompt's keys and values from
+``generate``; that cache travels beside the rollout, never inside it.)
 """
 
 import warnings
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache, GenerationConfig
+from transformers import GenerationConfig
 
-from .logprobs import logprobs_from_logits
+from .logprobs import logprobs_from_logits, response_slice
 from .masking import response_mask
 from .model import lm_logits, position_ids_from_mask
 
-__all__ = ["Rollout", "tokenize_prompts", "sample", "score", "sampling_config"]
+__all__ = ["Rollout", "tokenize_prompts", "sample", "score", "sampling_config", "complete"]
 
 
 @dataclass
@@ -47,19 +35,15 @@ class Rollout:
     response_ids: torch.Tensor  # (B, T)
     mask: torch.Tensor  # (B, T) bool response mask
     completions: list = field(default_factory=list)  # decoded responses
+    scores: torch.Tensor | None = None  # (B,) task score of each response (the trainer fills it in)
     logprobs: torch.Tensor | None = None  # (B, T) old policy, at the sampling temperature
     values: torch.Tensor | None = None  # (B, T) old values; None for an actor without a value head
     ref_logprobs: torch.Tensor | None = None  # (B, T) frozen reference
-    # generate's caches, [(first row, cache)] per generation chunk, and the LM that made them (float32 only);
-    # score() uses and then drops them
-    caches: list | None = field(default=None, repr=False)
-    cache_lm: torch.nn.Module | None = field(default=None, repr=False)
 
     @property
     def keep(self) -> slice:
         """The positions whose outputs predict the response tokens: [P-1 : P+T-1]."""
-        T = self.response_ids.shape[1]
-        return slice(self.prompt_len - 1, self.prompt_len + T - 1)
+        return response_slice(self.prompt_len, self.response_ids.shape[1])
 
 
 def sampling_config(tokenizer, max_new_tokens: int, temperature: float | None) -> GenerationConfig:
@@ -89,7 +73,8 @@ def tokenize_prompts(tokenizer, prompts: list[str], max_prompt_len: int, device)
     if enc["input_ids"].shape[1] > max_prompt_len:
         n = int((enc["attention_mask"].sum(1) > max_prompt_len).sum())
         warnings.warn(
-            f"{n} prompt(s) longer than data.max_prompt_len={max_prompt_len} tokens were truncated from the left"
+            f"{n} prompt(s) longer than data.max_prompt_len={max_prompt_len} tokens were truncated from the left",
+            stacklevel=2,
         )
         enc = tokenizer(
             prompts,
@@ -111,26 +96,25 @@ def sample(
     temperature: float | None,
     max_prompt_len: int = 512,
     batch_size: int = 0,
-    keep_cache: bool = False,
+    prompt_cache=None,
 ) -> Rollout:
     """Generate one response per prompt (``temperature=None``: greedy). Returns a Rollout without scores.
 
-    ``keep_cache``: keep generate's key/value caches in the Rollout for ``score`` (float32 ``lm`` only);
-    the trainer sets it, callers that never score (evaluation) leave it off and hold no cache.
+    ``batch_size``: prompts per ``generate`` call (0: all at once). ``prompt_cache``: a
+    ``run.fastpaths.PromptCache`` that keeps generate's key/value caches for ``score`` (None: keep none).
     """
     device = next(lm.parameters()).device
     ids, attn = tokenize_prompts(tokenizer, prompts, max_prompt_len, device)  # (B, P)
     P = ids.shape[1]
     gen_cfg = sampling_config(tokenizer, max_new_tokens, temperature)
     gen_cfg.return_dict_in_generate = True
-    keep_cache = keep_cache and next(lm.parameters()).dtype == torch.float32
-    chunks, caches = [], []
+    chunks = []
     step = batch_size or len(prompts)
     for i in range(0, len(prompts), step):
         out = lm.generate(input_ids=ids[i : i + step], attention_mask=attn[i : i + step], generation_config=gen_cfg)
         chunks.append(out.sequences[:, P:])  # (b, T_i) generate pads finished rows with pad_token_id
-        if keep_cache and isinstance(out.past_key_values, DynamicCache):
-            caches.append((i, out.past_key_values))
+        if prompt_cache is not None:
+            prompt_cache.keep(lm, i, out)
     T = max(c.shape[1] for c in chunks)
     response = torch.cat(
         [torch.nn.functional.pad(c, (0, T - c.shape[1]), value=tokenizer.pad_token_id) for c in chunks]
@@ -141,7 +125,6 @@ def sample(
     T = int(mask.any(0).nonzero().max()) + 1 if mask.any() else 1  # drop columns no row uses
     response, mask = response[:, :T], mask[:, :T]
     completions = tokenizer.batch_decode(torch.where(mask, response, tokenizer.pad_token_id), skip_special_tokens=True)
-    every_chunk = len(caches) == len(chunks)
     return Rollout(
         input_ids=torch.cat([ids, response], dim=1),
         attention_mask=torch.cat([attn, mask.long()], dim=1),
@@ -149,25 +132,35 @@ def sample(
         response_ids=response,
         mask=mask,
         completions=completions,
-        caches=caches if every_chunk else None,
-        cache_lm=lm if every_chunk else None,
     )
 
 
-def _actor_from_cache(actor, ro: Rollout, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Old logprobs and values (B, T) from generate's caches: the actor runs on positions P-1..P+T-2 only."""
-    P, T = ro.prompt_len, ro.response_ids.shape[1]
-    bounds = [start for start, _ in ro.caches[1:]] + [ro.input_ids.shape[0]]
-    logprobs, values = [], []
-    for (start, cache), end in zip(ro.caches, bounds):
-        cache.crop(-(cache.get_seq_length() - (P - 1)))  # keep positions 0..P-2: the prompt but its last token
-        ids = torch.cat([ro.input_ids[start:end, P - 1 : P], ro.response_ids[start:end, :-1]], dim=1)  # (b, T)
-        attn = ro.attention_mask[start:end, : P + T - 1]  # (b, P+T-1): cached positions and these T
-        pos = position_ids_from_mask(attn)[:, P - 1 :]  # (b, T)
-        logits, v = actor(ids, attn, pos, past_key_values=cache)  # (b, T, V), (b, T)
-        logprobs.append(logprobs_from_logits(logits, ro.response_ids[start:end], temperature))
-        values.append(v)
-    return torch.cat(logprobs), _cat_values(values)
+def complete(
+    lm,
+    tokenizer,
+    prompts: list[str],
+    max_new_tokens: int,
+    temperature: float | None,
+    max_prompt_len: int = 512,
+    batch_size: int = 256,
+    seed: int | None = None,
+) -> list[str]:
+    """The decoded response to each prompt (``temperature=None``: greedy), ``batch_size`` prompts per ``sample``.
+
+    For evaluation: runs in eval mode (restored after), and with a ``seed`` inside a forked RNG, so it
+    is reproducible and leaves the global RNG where it was.
+    """
+    was_training, texts = lm.training, []
+    lm.eval()
+    with torch.random.fork_rng(devices=[], enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        for i in range(0, len(prompts), batch_size):
+            texts += sample(
+                lm, tokenizer, prompts[i : i + batch_size], max_new_tokens, temperature, max_prompt_len
+            ).completions
+    lm.train(was_training)
+    return texts
 
 
 def _cat_values(values: list) -> torch.Tensor | None:
@@ -176,28 +169,24 @@ def _cat_values(values: list) -> torch.Tensor | None:
 
 
 @torch.inference_mode()
-def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int) -> Rollout:
+def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int, prompt_cache=None) -> Rollout:
     """Fill in the old logprobs and values (actor) and the reference logprobs, in chunks of ``batch_size``.
 
-    If ``ro`` holds the caches of the generate call that sampled it with ``actor.lm`` (and the
-    actor has not changed since), the actor's forward reuses the prompt's keys and values.
+    ``prompt_cache``: the ``run.fastpaths.PromptCache`` that ``sample`` filled; the actor's forward then
+    reuses the prompt's keys and values (same numbers up to float rounding). None: full forwards.
     """
-    reuse = ro.caches is not None and ro.cache_lm is actor.lm
-    if reuse:
-        ro.logprobs, ro.values = _actor_from_cache(actor, ro, temperature)
+    cached = prompt_cache.actor_scores(actor, ro, temperature) if prompt_cache is not None else None
     logprobs, values, ref_logprobs = [], [], []
     for i in range(0, ro.input_ids.shape[0], batch_size):
         ids, attn = ro.input_ids[i : i + batch_size], ro.attention_mask[i : i + batch_size]
         tokens = ro.response_ids[i : i + batch_size]
         pos = position_ids_from_mask(attn)
-        if not reuse:
+        if cached is None:
             logits, v = actor(ids, attn, pos, keep=ro.keep)  # (b, T, V), (b, T)
             logprobs.append(logprobs_from_logits(logits, tokens, temperature))
             values.append(v)
         ref_logits, _ = lm_logits(ref_lm, ids, attn, pos, keep=ro.keep)
         ref_logprobs.append(logprobs_from_logits(ref_logits, tokens, temperature))
-    if not reuse:
-        ro.logprobs, ro.values = torch.cat(logprobs), _cat_values(values)
+    ro.logprobs, ro.values = cached if cached is not None else (torch.cat(logprobs), _cat_values(values))
     ro.ref_logprobs = torch.cat(ref_logprobs)
-    ro.caches = ro.cache_lm = None  # used once; free the memory
     return ro

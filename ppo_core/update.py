@@ -46,9 +46,8 @@ def ppo_loss(
     logits, values = actor(mb["input_ids"], mb["attention_mask"], pos, keep=mb["keep"])  # (B, T, V), (B, T)
     logprobs = logprobs_from_logits(logits, mb["response_ids"], temperature)  # (B, T)
     mask = mb["mask"]
-    pg_loss, pg_stats = policy_loss(
-        logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps, loss_agg_mode, loss_norm_len
-    )
+    agg = {} if loss_agg_mode == "token-mean" else {"loss_agg_mode": loss_agg_mode, "norm_len": loss_norm_len}
+    pg_loss, pg_stats = policy_loss(logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps, **agg)
     loss, stats = pg_loss, {}
     if values is not None:
         vf_loss, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_clip_eps)
@@ -58,7 +57,7 @@ def ppo_loss(
         kl_term, kl_stats = kl_loss(logprobs, mb["ref_logprobs"], mask, kl_loss_type, loss_agg_mode, loss_norm_len)
         loss = loss + kl_loss_coef * kl_term
         stats.update({"loss/kl": kl_term.item(), "params/kl_loss_estimate": kl_stats["kl"]})
-    if ent_coef > 0:
+    if ent_coef != 0:
         ent_loss, ent_stats = entropy_loss(logits, mask, temperature)
     else:  # only logged: no graph through the (B, T, V) softmax, which is large for a real vocabulary
         with torch.no_grad():
@@ -94,18 +93,15 @@ def minibatch_update(
     grad_accum_steps: int = 1,
     max_grad_norm: float = 1.0,
     ratio_tol: float | None = None,
-    loss_agg_mode: str = "token-mean",
-    kl_loss_coef: float = 0.0,
-    kl_loss_type: str = "k3",
-    loss_norm_len: int | None = None,
+    loss_fn=ppo_loss,
 ) -> dict:
     """One optimizer step on a minibatch, accumulating gradients over ``grad_accum_steps`` micro-batches.
 
-    ``loss_agg_mode``, ``kl_loss_coef``, ``kl_loss_type``, ``loss_norm_len``: chapter 07's switches (see ``ppo_loss``).
     ``ratio_tol``: if set, raise RatioCheckError when any |log ratio| exceeds it (use it on the first
     minibatch of the first epoch, where the policy has not moved yet and the ratio must be 1).
     Returns the stats averaged over micro-batches, with ``params/grad_norm`` (before clipping) and
     ``params/skipped`` (1 if the step was skipped for a non-finite loss or gradient).
+    ``loss_fn``: the loss of one micro-batch, ``ppo_loss`` (chapter 05's checker passes mistaken ones).
     """
     n = mb["input_ids"].shape[0]
     micro = [torch.arange(n)[i::grad_accum_steps] for i in range(grad_accum_steps)]
@@ -113,19 +109,7 @@ def minibatch_update(
     totals: dict = {}
     for idx in micro:
         part = {k: (v[idx] if torch.is_tensor(v) else v) for k, v in mb.items()}
-        loss, stats = ppo_loss(
-            actor,
-            part,
-            clip_eps,
-            vf_clip_eps,
-            vf_coef,
-            ent_coef,
-            temperature,
-            loss_agg_mode,
-            kl_loss_coef,
-            kl_loss_type,
-            loss_norm_len,
-        )
+        loss, stats = loss_fn(actor, part, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature)
         if ratio_tol is not None and stats["params/max_abs_log_ratio"] > ratio_tol:
             raise RatioCheckError(
                 f"before any update the policy/old log-ratio reached {stats['params/max_abs_log_ratio']:.2e} "

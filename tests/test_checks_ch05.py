@@ -16,8 +16,21 @@ from ppo_core.model import position_ids_from_mask
 from ppo_core.update import RatioCheckError, minibatch_update
 
 
-def learner_update(actor, optimizer, mb, *, clip_eps=0.2, vf_clip_eps=0.2, vf_coef=0.1, ent_coef=0.0, temperature=1.0,
-                   grad_accum_steps=1, max_grad_norm=1.0, ratio_tol=None, bug=None):  # fmt: skip
+def learner_update(
+    actor,
+    optimizer,
+    mb,
+    *,
+    clip_eps=0.2,
+    vf_clip_eps=0.2,
+    vf_coef=0.1,
+    ent_coef=0.0,
+    temperature=1.0,
+    grad_accum_steps=1,
+    max_grad_norm=1.0,
+    ratio_tol=None,
+    bug=None,
+):
     """A learner-style solution of exercise 5.1; ``bug`` switches on one mistake."""
     if bug != "no_zero_grad":
         optimizer.zero_grad()

@@ -163,8 +163,8 @@ def test_chapter_links_to_its_learner_copy(chapter):
     assert f"{{download}}`download the learner copy <../exercises/{chapter}.ipynb>`" in text
     assert f"({colab_url(chapter)})" in text
     assert (
-        colab_url(chapter)
-        == f"https://colab.research.google.com/github/{REPO_URL[len('https://github.com/') :]}/blob/main/exercises/{chapter}.ipynb"
+        colab_url(chapter) == f"https://colab.research.google.com/github/{REPO_URL[len('https://github.com/') :]}"
+        f"/blob/main/exercises/{chapter}.ipynb"
     )
     assert (ROOT / "exercises" / f"{chapter}.ipynb").is_file()
 
@@ -457,7 +457,10 @@ def test_conftest_expects_the_first_checker_to_stop_the_notebook(tmp_path):
     fails before: the notebook fails."""
     shutil.copy(ROOT / "exercises" / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    raise_nyi = "class NotImplementedYet(Exception):\n    pass\n\nraise NotImplementedYet('Exercise 9.1 (f): f is not implemented yet')"
+    raise_nyi = (
+        "class NotImplementedYet(Exception):\n    pass\n\n"
+        "raise NotImplementedYet('Exercise 9.1 (f): f is not implemented yet')"
+    )
     _toy_notebook(tmp_path / "stops.ipynb", raise_nyi)
     _toy_notebook(tmp_path / "runs_to_end.ipynb", "z = 3")
     _toy_notebook(tmp_path / "fails_before.ipynb", raise_nyi, first_source="1 / 0")

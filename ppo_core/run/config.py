@@ -186,6 +186,9 @@ class TrainConfig:
     """Assert the ratio is 1 (within ratio_tol) on the first minibatch of the first epoch."""
     ratio_tol: float = 1e-4
     """Tolerance of that check."""
+    fast_paths: bool = True
+    """Speed paths with the same numbers up to float rounding (run/fastpaths.py): scoring reuses generate's
+    prompt cache, a large float32 training forward runs the prompt apart. false: only the plain forwards."""
     num_threads: int = 0
     """torch CPU threads (0 = torch's default)."""
     progress: bool = True
@@ -217,10 +220,22 @@ def _all_keys(node, prefix="") -> list[str]:
 
 
 # Names other PPO code bases use for our keys (TRL, CleanRL, Stable-Baselines3), so their users get a hint.
-ALIASES = {"learning_rate": "lr", "cliprange": "clip_eps", "clip_range": "clip_eps", "clip_coef": "clip_eps",
-           "cliprange_value": "vf_clip_eps", "gae_lambda": "lam", "lambda": "lam", "init_kl_coef": "kl_coef",
-           "mini_batch_size": "minibatch_size", "num_ppo_epochs": "ppo_epochs", "update_epochs": "ppo_epochs",
-           "target_kl": "kl_target", "response_length": "max_new_tokens", "total_steps": "steps"}  # fmt: skip
+ALIASES = {
+    "learning_rate": "lr",
+    "cliprange": "clip_eps",
+    "clip_range": "clip_eps",
+    "clip_coef": "clip_eps",
+    "cliprange_value": "vf_clip_eps",
+    "gae_lambda": "lam",
+    "lambda": "lam",
+    "init_kl_coef": "kl_coef",
+    "mini_batch_size": "minibatch_size",
+    "num_ppo_epochs": "ppo_epochs",
+    "update_epochs": "ppo_epochs",
+    "target_kl": "kl_target",
+    "response_length": "max_new_tokens",
+    "total_steps": "steps",
+}
 
 
 def _did_you_mean(key: str, valid: list[str]) -> str:
@@ -298,8 +313,19 @@ def _check(cond: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
+def _one_of(value, choices, key: str) -> None:
+    words = [str(c) for c in choices]
+    _check(value in choices, f"{key} must be {', '.join(words[:-1])} or {words[-1]}, got {value!r}")
+
+
 def validate(c: Config) -> None:
     """Ranges and consistency that types alone cannot express."""
+    # the choice lists live with the code that uses them; imported here, not at the top, so that loading a
+    # config (the CLI's first act) does not import torch before the CLI has set OMP_WAIT_POLICY
+    from ..kl import KL_ESTIMATORS
+    from ..tasks.data import PROMPT_STYLES
+    from .setup import DEVICES, DTYPES, OPTIMIZERS, TASKS
+
     p, r = c.ppo, c.rollout
     _check(p.clip_eps > 0, f"ppo.clip_eps must be > 0, got {p.clip_eps}")
     _check(p.vf_clip_eps > 0, f"ppo.vf_clip_eps must be > 0, got {p.vf_clip_eps}")
@@ -309,8 +335,8 @@ def validate(c: Config) -> None:
     _check(p.kl_coef >= 0, f"ppo.kl_coef must be >= 0, got {p.kl_coef}")
     _check(p.vf_coef >= 0 and p.ent_coef >= 0, "ppo.vf_coef and ppo.ent_coef must be >= 0")
     _check(p.ppo_epochs >= 1, f"ppo.ppo_epochs must be >= 1, got {p.ppo_epochs}")
-    _check(p.kl_estimator in ("k1", "k2", "k3"), f"ppo.kl_estimator must be k1, k2 or k3, got {p.kl_estimator!r}")
-    _check(p.optimizer in ("adamw", "adamw8bit"), f"ppo.optimizer must be adamw or adamw8bit, got {p.optimizer!r}")
+    _one_of(p.kl_estimator, KL_ESTIMATORS, "ppo.kl_estimator")
+    _one_of(p.optimizer, OPTIMIZERS, "ppo.optimizer")
     _check(r.temperature > 0, f"rollout.temperature must be > 0, got {r.temperature}")
     _check(r.max_new_tokens >= 1, f"rollout.max_new_tokens must be >= 1, got {r.max_new_tokens}")
     _check(r.batch_size >= 1 and p.minibatch_size >= 1, "rollout.batch_size and ppo.minibatch_size must be >= 1")
@@ -322,16 +348,10 @@ def validate(c: Config) -> None:
         p.grad_accum_steps >= 1 and p.minibatch_size % p.grad_accum_steps == 0,
         f"ppo.minibatch_size ({p.minibatch_size}) must be a multiple of ppo.grad_accum_steps ({p.grad_accum_steps})",
     )
-    _check(
-        c.model.dtype in ("float32", "bfloat16", "float16"),
-        f"model.dtype must be float32, bfloat16 or float16, got {c.model.dtype!r}",
-    )
-    _check(c.model.device in ("auto", "cpu", "cuda"), f"model.device must be auto, cpu or cuda, got {c.model.device!r}")
-    _check(c.data.task in ("synthetic", "gsm8k"), f"data.task must be synthetic or gsm8k, got {c.data.task!r}")
-    _check(
-        c.data.prompt_style in ("plain", "chat"),
-        f"data.prompt_style must be plain or chat, got {c.data.prompt_style!r}",
-    )
+    _one_of(c.model.dtype, tuple(DTYPES), "model.dtype")
+    _one_of(c.model.device, DEVICES, "model.device")
+    _one_of(c.data.task, TASKS, "data.task")
+    _one_of(c.data.prompt_style, PROMPT_STYLES, "data.prompt_style")
     _check(c.data.max_prompt_len >= 1, f"data.max_prompt_len must be >= 1, got {c.data.max_prompt_len}")
     _check(c.data.n_train >= 1 and c.data.n_test >= 1, "data.n_train and data.n_test must be >= 1")
     _check(r.generation_batch_size >= 0, f"rollout.generation_batch_size must be >= 0, got {r.generation_batch_size}")

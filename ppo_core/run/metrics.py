@@ -1,10 +1,14 @@
 """Chapter 05 - what a run writes: a JSONL metrics log, TensorBoard events, samples and a dashboard."""
 
 import json
-import os
 from pathlib import Path
 
-__all__ = ["MetricsLogger", "plot_dashboard", "read_metrics", "DASHBOARD_KEYS"]
+import matplotlib.pyplot as plt
+
+from ..masking import masked_var
+from ..utils import write_text_atomically
+
+__all__ = ["MetricsLogger", "plot_dashboard", "read_metrics", "explained_variance", "DASHBOARD_KEYS"]
 
 DASHBOARD_KEYS = (
     "rollout/reward_mean",
@@ -49,12 +53,11 @@ class MetricsLogger:
                     for line in path.read_text().splitlines()
                     if _step_of(line) is not None and _step_of(line) <= step
                 ]
-                tmp = path.with_name(path.name + ".tmp")
-                tmp.write_text("".join(line + "\n" for line in keep))
-                os.replace(tmp, path)
+                write_text_atomically(path, "".join(line + "\n" for line in keep))
 
     def log(self, step: int, metrics: dict) -> None:
-        """Append one line and close the file: the line reaches the OS now, so even a kill -9 loses at most the next step."""
+        """Append one line and close the file: the line reaches the OS now, so even a kill -9 loses at most the
+        next step."""
         record = {"step": step, **{k: float(v) for k, v in metrics.items()}}
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
@@ -100,8 +103,6 @@ def read_metrics(path) -> list[dict]:
 
 def plot_dashboard(records: list[dict], path=None, keys=DASHBOARD_KEYS):
     """A grid of the main curves against the step; saved as PNG if ``path`` is given. Returns the figure."""
-    import matplotlib.pyplot as plt
-
     keys = [k for k in keys if any(k in r for r in records)]
     cols = 4
     rows = max(1, -(-len(keys) // cols))
@@ -119,3 +120,9 @@ def plot_dashboard(records: list[dict], path=None, keys=DASHBOARD_KEYS):
     if path is not None:
         fig.savefig(path, dpi=90)
     return fig
+
+
+def explained_variance(values, returns, mask) -> float:
+    """1 - Var[R - V] / Var[R] over response tokens: 1 = perfect critic, 0 = no better than a constant."""
+    var_r = masked_var(returns, mask).item()
+    return float("nan") if var_r == 0 else 1.0 - masked_var(returns - values, mask).item() / var_r

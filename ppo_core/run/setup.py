@@ -7,13 +7,22 @@ are repaired with a warning instead: a tokenizer without a pad token distinct fr
 """
 
 import functools
-import os
+import random
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ..kl import AdaptiveKLController, FixedKLController
 from ..model import ActorWithValueHead, make_reference
+from ..tasks.data import load_gsm8k
+from ..tasks.rewards import gsm8k_reward, is_correct
+from ..tasks.synthetic import make_synthetic_task
+from ..tasks.warmstart import warm_start
+from ..update import ppo_loss
+from ..utils import hub_offline, hub_unreachable
 from .config import Config, ConfigError
 
 __all__ = [
@@ -25,9 +34,18 @@ __all__ = [
     "model_context",
     "uses_critic",
     "DTYPES",
+    "DEVICES",
+    "TASKS",
+    "OPTIMIZERS",
+    "seed_everything",
+    "build_kl_controller",
 ]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEVICES = ("auto", "cpu", "cuda")
+TASKS = ("synthetic", "gsm8k")
+OPTIMIZERS = ("adamw", "adamw8bit")
+"""The choices of model.device, data.task and ppo.optimizer (``config.validate`` checks against them)."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -40,16 +58,10 @@ def resolve_device(device: str) -> torch.device:
 
 def load_task(cfg: Config):
     """(train records, test records, reward_fn, correct_fn); records are {'question', 'answer'} dicts."""
-    from ..tasks.rewards import gsm8k_reward, is_correct
-
     d = cfg.data
     if d.task == "synthetic":
-        from ..tasks.synthetic import make_synthetic_task
-
         train, test = make_synthetic_task(seed=cfg.train.seed, n_train=d.n_train, n_test=d.n_test)
     else:
-        from ..tasks.data import load_gsm8k
-
         try:
             train = load_gsm8k(d.source, split="train")
             test = load_gsm8k(d.source, split="test", limit=d.n_test)
@@ -58,14 +70,13 @@ def load_task(cfg: Config):
         if Path(d.source).expanduser().is_file():
             warnings.warn(
                 f"data.source={d.source} is one file: the held-out evaluation reuses training records; "
-                "pass a folder holding train.jsonl and test.jsonl for a real held-out split"
+                "pass a folder holding train.jsonl and test.jsonl for a real held-out split",
+                stacklevel=2,
             )
     return train, test, gsm8k_reward, is_correct
 
 
 def _warm_started_tiny(cfg: Config) -> Path:
-    from ..tasks.warmstart import warm_start
-
     w = cfg.warmstart
     return warm_start(
         Path(w.cache_dir).expanduser(),
@@ -81,14 +92,14 @@ def _warm_started_tiny(cfg: Config) -> Path:
 
 
 def _load_tokenizer(path: str):
-    from transformers import AutoTokenizer
-
     tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
     if tok.pad_token_id is None or tok.pad_token_id == tok.eos_token_id:
         tok.add_special_tokens({"pad_token": "<|ppo_pad|>"})
         warnings.warn(
-            f"the tokenizer of {path} had no pad token distinct from EOS; added '<|ppo_pad|>' (pad must differ from EOS, see chapter 02)"
+            f"the tokenizer of {path} had no pad token distinct from EOS; added '<|ppo_pad|>' (pad must differ "
+            "from EOS, see chapter 02)",
+            stacklevel=2,
         )
     return tok
 
@@ -101,22 +112,13 @@ def _hub_error(path: str, err: Exception) -> ConfigError:
         return ConfigError(
             f"model.name_or_path={path}: no such folder; pass a folder written by save_pretrained, or a hub id"
         )
-    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
-    why = (
-        "the Hugging Face Hub is unreachable (HF_HUB_OFFLINE=1)"
-        if offline
-        else "the Hugging Face Hub is unreachable or has no such model"
-    )
-    return ConfigError(
-        f"cannot load model {path!r}: {why} and it is not in the local cache; on a machine with network run "
-        f"`hf download {path} --local-dir DIR`, then pass model.name_or_path=DIR"
-    )
+    why = "HF_HUB_OFFLINE is set" if hub_offline() else "the hub is unreachable or has no such model"
+    fix = f"on a machine with network run `hf download {path} --local-dir DIR`, then pass model.name_or_path=DIR"
+    return ConfigError(hub_unreachable(path, f"{why}, and it is not in the local cache", fix))
 
 
 def load_models(cfg: Config, device: torch.device):
     """(actor with value head, frozen reference LM, tokenizer, path of the initial policy)."""
-    from transformers import AutoModelForCausalLM
-
     m = cfg.model
     path = str(_warm_started_tiny(cfg)) if m.name_or_path == "tiny" else m.name_or_path
     try:
@@ -158,11 +160,13 @@ def fit_prompt_len(cfg: Config, lm) -> None:
         return
     if T >= context:
         raise ConfigError(
-            f"rollout.max_new_tokens={T} leaves no room for a prompt in the model's context of {context} tokens; lower it"
+            f"rollout.max_new_tokens={T} leaves no room for a prompt in the model's context of {context} tokens; "
+            "lower it"
         )
     warnings.warn(
         f"data.max_prompt_len={cfg.data.max_prompt_len} + rollout.max_new_tokens={T} exceed the model's context of "
-        f"{context} tokens: prompts will be cut to their last {context - T} tokens"
+        f"{context} tokens: prompts will be cut to their last {context - T} tokens",
+        stacklevel=2,
     )
     cfg.data.max_prompt_len = context - T
 
@@ -198,6 +202,52 @@ def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
             return bnb.optim.AdamW8bit(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
         warnings.warn(
             f"ppo.optimizer=adamw8bit but bitsandbytes cannot run here ({why}); falling back to torch AdamW, "
-            "whose two moment estimates take 2 (bf16) to 4 (fp32) times the memory of 8-bit ones"
+            "whose two moment estimates take 2 (bf16) to 4 (fp32) times the memory of 8-bit ones",
+            stacklevel=2,
         )
     return torch.optim.AdamW(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's global generators."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_kl_controller(ppo):
+    """The adaptive KL controller (``ppo.adaptive_kl``) or a fixed coefficient."""
+    if ppo.adaptive_kl:
+        return AdaptiveKLController(ppo.kl_coef, ppo.kl_target, ppo.kl_horizon)
+    return FixedKLController(ppo.kl_coef)
+
+
+def update_hparams(cfg) -> dict:
+    """The keyword arguments of ``update.minibatch_update`` that come from the config."""
+    p = cfg.ppo
+    return dict(
+        clip_eps=p.clip_eps,
+        vf_clip_eps=p.vf_clip_eps,
+        vf_coef=p.vf_coef,
+        ent_coef=p.ent_coef,
+        temperature=cfg.rollout.temperature,
+        grad_accum_steps=p.grad_accum_steps,
+        max_grad_norm=p.max_grad_norm,
+        **algo_loss(cfg),
+    )
+
+
+def algo_loss(cfg) -> dict:
+    """``{"loss_fn": ...}`` when chapter 07's switches change the loss (the KL in it, another averaging), else
+    ``{}``: PPO's default loss, so a learner's own ``minibatch_update`` (chapter 05) needs no new argument."""
+    a = cfg.algo
+    if not a.use_kl_loss and a.loss_agg_mode == "token-mean":
+        return {}
+    loss_fn = functools.partial(
+        ppo_loss,
+        loss_agg_mode=a.loss_agg_mode,
+        kl_loss_coef=a.kl_loss_coef if a.use_kl_loss else 0.0,
+        kl_loss_type=a.kl_loss_type,
+        loss_norm_len=cfg.rollout.max_new_tokens,  # Dr. GRPO's constant: the response limit, not this batch's T
+    )
+    return {"loss_fn": loss_fn}
