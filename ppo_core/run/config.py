@@ -68,7 +68,7 @@ class DataConfig:
 @dataclass
 class RolloutConfig:
     batch_size: int = 128
-    """Prompts sampled per PPO step (one rollout batch)."""
+    """Sequences (episodes) sampled per PPO step, one rollout batch: batch_size / group_size prompts x group_size."""
     max_new_tokens: int = 24
     """Response length limit T."""
     temperature: float = 1.0
