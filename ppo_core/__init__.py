@@ -5,8 +5,8 @@ The layers, from the commands a user types down to the maths a learner derives:
     ┌──────────────────────────────────────────────────────────────────────────────────┐
     │ commands     train.py, evaluate.py: python -m ppo_core.train / ppo_core.evaluate │
     ├──────────────────────────────────────────────────────────────────────────────────┤
-    │ run/         config (+ configs/*.yaml), setup, checkpoint, guards, metrics,      │
-    │              evaluation, cli: everything a real run needs around the PPO step    │
+    │ run/         config (+ configs/*.yaml), setup, loop, resume, checkpoint, guards, │
+    │              fastpaths, metrics, evaluation, cli: what a run needs around a step │
     ├──────────────────────────────────────────────────────────────────────────────────┤
     │ ch 05 loop   trainer (the algorithm box), update, rollout, model                 │
     ├──────────────────────────────────────────────────────────────────────────────────┤
@@ -14,7 +14,8 @@ The layers, from the commands a user types down to the maths a learner derives:
     ├──────────────────────────────────────────────────────────────────────────────────┤
     │ ch 01-04, 07 logprobs, masking, kl, gae, losses, advantages: pure tensor math    │
     └──────────────────────────────────────────────────────────────────────────────────┘
-    course tooling beside them: checks/ (exercise checkers, progress), widgets/ (figures), utils
+    course tooling beside them: checks/ (exercise checkers, progress), widgets/ (figures)
+    shared small helpers: utils (atomic writes, Hub error lines, show_source)
     authoring tools outside the package: tools/exercises.py (learner copies), tools/book.py
 
 | module              | chapter | what it holds                                            |

@@ -185,16 +185,16 @@ class PPOTrainer:
         self.times["time/update"] = time.perf_counter() - t0
         self.times["time/step"] = sum(self.times[k] for k in ("time/rollout", "time/score", "time/update"))
         return {
-            "params/kl_to_ref": kl_to_ref,
-            "params/kl_coef": kl_coef,
-            **({"params/explained_variance": explained_variance(ro.values, returns, ro.mask)} if self.critic else {}),
+            "kl/to_ref": kl_to_ref,
+            "kl/coef": kl_coef,
+            **({"value/explained_variance": explained_variance(ro.values, returns, ro.mask)} if self.critic else {}),
             **stats,
         }
 
     def update(self, ro: Rollout, advantages, returns) -> tuple[dict, list]:
         """Step 5: ``ppo_epochs`` passes over the rollout in shuffled minibatches; returns (stats, schedule).
 
-        Stats are averaged over the minibatch updates that were applied; ``params/skipped`` counts the
+        Stats are averaged over the minibatch updates that were applied; ``train/skipped`` counts the
         ones skipped for a non-finite loss or gradient (each one also warns, naming the culprit).
         """
         cfg, p = self.cfg, self.cfg.ppo  # self.hparams: clip_eps, vf_coef, ... (run.setup.update_hparams)
@@ -220,13 +220,13 @@ class PPOTrainer:
                 check = cfg.train.check_ratio and epoch == 0 and k == 0  # the policy has not moved yet: ratio 1
                 ratio_tol = cfg.train.ratio_tol if check else None
                 stats = self.minibatch_update(self.actor, self.optimizer, mb, **self.hparams, ratio_tol=ratio_tol)
-                (skipped if stats.get("params/skipped") else applied).append(stats)
-                if stats.get("params/skipped"):
+                (skipped if stats.get("train/skipped") else applied).append(stats)
+                if stats.get("train/skipped"):
                     where = f"step {self.step_count + 1}, epoch {epoch + 1}, minibatch {k + 1}"
                     self.skips.skipped(stats, where)
         used = applied or skipped  # if every update was skipped, log their (non-finite) stats as they are
         out = {key: sum(s[key] for s in used) / len(used) for key in used[0]}
-        out["params/skipped"] = float(len(skipped))  # a count, not a mean
+        out["train/skipped"] = float(len(skipped))  # a count, not a mean
         return out, schedule
 
     def evaluate(self, greedy: bool = False, n: int | None = None) -> float:

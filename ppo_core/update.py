@@ -48,15 +48,15 @@ def ppo_loss(
     mask = mb["mask"]
     agg = {} if loss_agg_mode == "token-mean" else {"loss_agg_mode": loss_agg_mode, "norm_len": loss_norm_len}
     pg_loss, pg_stats = policy_loss(logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps, **agg)
-    loss, stats = pg_loss, {}
+    loss, extra = pg_loss, {}
     if values is not None:
         vf_loss, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_clip_eps)
         loss = loss + vf_coef * vf_loss
-        stats.update({"loss/value": vf_loss.item(), "params/value_clipfrac": vf_stats["clipfrac"]})
+        extra.update({"value/loss": vf_loss.item(), "value/clipfrac": vf_stats["clipfrac"]})
     if kl_loss_coef > 0:
-        kl_term, kl_stats = kl_loss(logprobs, mb["ref_logprobs"], mask, kl_loss_type, loss_agg_mode, loss_norm_len)
+        kl_term, _ = kl_loss(logprobs, mb["ref_logprobs"], mask, kl_loss_type, loss_agg_mode, loss_norm_len)
         loss = loss + kl_loss_coef * kl_term
-        stats.update({"loss/kl": kl_term.item(), "params/kl_loss_estimate": kl_stats["kl"]})
+        extra["kl/loss"] = kl_term.item()
     if ent_coef != 0:
         ent_loss, ent_stats = entropy_loss(logits, mask, temperature)
     else:  # only logged: no graph through the (B, T, V) softmax, which is large for a real vocabulary
@@ -66,16 +66,15 @@ def ppo_loss(
     with torch.no_grad():
         max_log_ratio = (logprobs - mb["old_logprobs"]).abs().masked_fill(~mask, 0).max().item()
     stats = {
-        "loss/policy": pg_loss.item(),
-        **{k: v for k, v in stats.items() if k.startswith("loss/")},
-        "loss/entropy": ent_loss.item(),
+        "policy/loss": pg_loss.item(),
+        **extra,  # value/loss and value/clipfrac with a critic, kl/loss with the KL in the loss
+        "policy/entropy_loss": ent_loss.item(),
         "loss/total": loss.item(),
-        "params/policy_clipfrac": pg_stats["clipfrac"],
-        **{k: v for k, v in stats.items() if k.startswith("params/")},
-        "params/approx_kl": pg_stats["approx_kl"],
-        "params/ratio_mean": pg_stats["ratio_mean"],
-        "params/entropy": ent_stats["entropy"],
-        "params/max_abs_log_ratio": max_log_ratio,
+        "policy/clipfrac": pg_stats["clipfrac"],
+        "policy/approx_kl": pg_stats["approx_kl"],
+        "policy/ratio_mean": pg_stats["ratio_mean"],
+        "policy/entropy": ent_stats["entropy"],
+        "policy/max_abs_log_ratio": max_log_ratio,
     }
     return loss, stats
 
@@ -99,8 +98,8 @@ def minibatch_update(
 
     ``ratio_tol``: if set, raise RatioCheckError when any |log ratio| exceeds it (use it on the first
     minibatch of the first epoch, where the policy has not moved yet and the ratio must be 1).
-    Returns the stats averaged over micro-batches, with ``params/grad_norm`` (before clipping) and
-    ``params/skipped`` (1 if the step was skipped for a non-finite loss or gradient).
+    Returns the stats averaged over micro-batches, with ``train/grad_norm`` (before clipping) and
+    ``train/skipped`` (1 if the step was skipped for a non-finite loss or gradient).
     ``loss_fn``: the loss of one micro-batch, ``ppo_loss`` (chapter 05's checker passes mistaken ones).
     """
     n = mb["input_ids"].shape[0]
@@ -110,9 +109,9 @@ def minibatch_update(
     for idx in micro:
         part = {k: (v[idx] if torch.is_tensor(v) else v) for k, v in mb.items()}
         loss, stats = loss_fn(actor, part, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature)
-        if ratio_tol is not None and stats["params/max_abs_log_ratio"] > ratio_tol:
+        if ratio_tol is not None and stats["policy/max_abs_log_ratio"] > ratio_tol:
             raise RatioCheckError(
-                f"before any update the policy/old log-ratio reached {stats['params/max_abs_log_ratio']:.2e} "
+                f"before any update the policy/old log-ratio reached {stats['policy/max_abs_log_ratio']:.2e} "
                 f"(> {ratio_tol:g}): the training forward does not reproduce the rollout's logprobs "
                 "(dropout on? a different temperature, slice or position ids?)"
             )
@@ -125,6 +124,6 @@ def minibatch_update(
     if finite:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    totals["params/grad_norm"] = float(grad_norm)
-    totals["params/skipped"] = 0.0 if finite else 1.0
+    totals["train/grad_norm"] = float(grad_norm)
+    totals["train/skipped"] = 0.0 if finite else 1.0
     return totals

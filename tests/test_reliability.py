@@ -351,19 +351,19 @@ def test_nan_loss_update_is_skipped_counted_and_logged_at_once(tiny_model_path, 
 
     monkeypatch.setattr(update, "policy_loss", nan_policy_loss)
     before = _params(tr)
-    with pytest.warns(UserWarning, match=r"step 1, epoch \d, minibatch \d: update skipped \(non-finite loss/policy"):
+    with pytest.warns(UserWarning, match=r"step 1, epoch \d, minibatch \d: update skipped \(non-finite policy/loss"):
         m = tr.step()
-    assert m["params/skipped"] == 4  # 2 epochs x 2 minibatches
+    assert m["train/skipped"] == 4  # 2 epochs x 2 minibatches
     assert torch.equal(_params(tr), before)
     on_disk = _step_lines(tr.out)  # the logger is still open: the line was flushed when the step ended
-    assert [r["step"] for r in on_disk] == [1] and on_disk[0]["params/skipped"] == 4
+    assert [r["step"] for r in on_disk] == [1] and on_disk[0]["train/skipped"] == 4
 
     monkeypatch.setattr(update, "policy_loss", real)
-    assert tr.step()["params/skipped"] == 0 and not torch.equal(_params(tr), before)  # the streak resets
+    assert tr.step()["train/skipped"] == 0 and not torch.equal(_params(tr), before)  # the streak resets
     monkeypatch.setattr(update, "policy_loss", nan_policy_loss)
     with pytest.warns(UserWarning, match="update skipped"):
         tr.step()
-        with pytest.raises(NonFiniteError, match=r"steps 3-4: every update was skipped \(non-finite loss/policy\)"):
+        with pytest.raises(NonFiniteError, match=r"steps 3-4: every update was skipped \(non-finite policy/loss\)"):
             tr.step()  # train.max_skipped_steps=2 all-skipped steps in a row: stop with a diagnosis
 
 
@@ -371,10 +371,10 @@ def test_nan_gradient_update_is_skipped(tiny_model_path, tmp_path):
     tr = _trainer(tiny_model_path, tmp_path)
     hook = tr.actor.value_head.weight.register_hook(lambda g: g * float("nan"))  # finite losses, NaN gradient
     before = _params(tr)
-    with pytest.warns(UserWarning, match=r"update skipped \(non-finite gradient \(params/grad_norm=nan\)\)"):
+    with pytest.warns(UserWarning, match=r"update skipped \(non-finite gradient \(train/grad_norm=nan\)\)"):
         m = tr.step()
     hook.remove()
-    assert m["params/skipped"] == 4 and math.isfinite(m["loss/total"])
+    assert m["train/skipped"] == 4 and math.isfinite(m["loss/total"])
     assert torch.equal(_params(tr), before)
 
 

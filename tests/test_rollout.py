@@ -148,4 +148,4 @@ def test_ratio_is_one_on_a_cached_rollout(tiny_model_path, monkeypatch):
     }
     optimizer = torch.optim.AdamW(actor.parameters(), lr=1e-3)
     stats = minibatch_update(actor, optimizer, mb, temperature=0.7, ratio_tol=1e-5)  # raises if |log ratio| > 1e-5
-    assert stats["params/max_abs_log_ratio"] < 1e-5
+    assert stats["policy/max_abs_log_ratio"] < 1e-5

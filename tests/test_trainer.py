@@ -18,18 +18,18 @@ STEP_KEYS = [
     "rollout/correct_rate",
     "rollout/response_length",
     "rollout/eos_rate",
-    "loss/policy",
-    "loss/value",
-    "loss/entropy",
+    "policy/loss",
+    "value/loss",
+    "policy/entropy_loss",
     "loss/total",
-    "params/policy_clipfrac",
-    "params/value_clipfrac",
-    "params/approx_kl",
-    "params/kl_to_ref",
-    "params/grad_norm",
-    "params/explained_variance",
-    "params/kl_coef",
-    "params/skipped",
+    "policy/clipfrac",
+    "value/clipfrac",
+    "policy/approx_kl",
+    "kl/to_ref",
+    "train/grad_norm",
+    "value/explained_variance",
+    "kl/coef",
+    "train/skipped",
     "time/rollout",
     "time/score",
     "time/update",
@@ -196,5 +196,5 @@ def test_fast_paths_give_the_readable_paths_numbers(tiny_model_path, tmp_path, m
     (fast, m_fast), (plain, m_plain) = steps[True], steps[False]
     for name in ("kl", "rewards", "advantages_raw", "advantages", "returns"):
         torch.testing.assert_close(getattr(fast, name), getattr(plain, name), atol=1e-5, rtol=1e-4, msg=name)
-    for key in ("loss/policy", "loss/value", "params/approx_kl", "params/grad_norm"):
+    for key in ("policy/loss", "value/loss", "policy/approx_kl", "train/grad_norm"):
         assert m_fast[key] == pytest.approx(m_plain[key], rel=1e-3, abs=1e-5), key

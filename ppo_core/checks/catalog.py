@@ -88,6 +88,14 @@ EXERCISES = (
         "start from torch.where(mask, -kl_coef * kl, 0.0); the score goes on each row's last True token",
     ),
     Exercise(
+        "3.3",
+        "03_gae",
+        "`kl_penalty`",
+        "my_kl_penalty",
+        "check_kl_penalty",
+        "log_ratio = logprobs - ref_logprobs (log pi - log pi_ref); k3 uses rho = exp(-log_ratio)",
+    ),
+    Exercise(
         "4.1",
         "04_losses",
         "the clipped policy loss",

@@ -28,16 +28,16 @@ from ._common import CheckFailure, NotImplementedYet, call, checker, expect_clos
 __all__ = ["check_minibatch_update"]
 
 STAT_KEYS = (
-    "loss/policy",
-    "loss/value",
-    "loss/entropy",
+    "policy/loss",
+    "value/loss",
+    "policy/entropy_loss",
     "loss/total",
-    "params/policy_clipfrac",
-    "params/value_clipfrac",
-    "params/approx_kl",
-    "params/ratio_mean",
-    "params/entropy",
-    "params/grad_norm",
+    "policy/clipfrac",
+    "value/clipfrac",
+    "policy/approx_kl",
+    "policy/ratio_mean",
+    "policy/entropy",
+    "train/grad_norm",
 )
 """The stats every minibatch update must return (the trainer logs them; the dashboard plots some)."""
 
@@ -218,7 +218,7 @@ def _variant(bug: str | None):
         with _replaced(**_REPLACED.get(bug, {})):
             stats = update.minibatch_update(actor, wrapped, mb, **kw, loss_fn=loss_fn)
         if bug == "norm_after_clip":
-            stats["params/grad_norm"] = wrapped.norm_at_step
+            stats["train/grad_norm"] = wrapped.norm_at_step
         return stats
 
     return update_with_mistake
@@ -467,9 +467,9 @@ def _check_ratio_tol(fn, actor, tokenizer, spec) -> None:
             f"raised RatioCheckError although the ratio is 1 up to float error ({err}). Is the forward the same "
             f"as the rollout's (temperature, slice, position ids)? Case: {case}"
         ) from None
-    expect_close(stats["params/ratio_mean"], 1.0, what="stats['params/ratio_mean']", case=case, atol=1e-5)
-    expect_close(stats["params/policy_clipfrac"], 0.0, what="stats['params/policy_clipfrac']", case=case, atol=0)
-    expect_close(stats["params/approx_kl"], 0.0, what="stats['params/approx_kl']", case=case, atol=1e-6)
+    expect_close(stats["policy/ratio_mean"], 1.0, what="stats['policy/ratio_mean']", case=case, atol=1e-5)
+    expect_close(stats["policy/clipfrac"], 0.0, what="stats['policy/clipfrac']", case=case, atol=0)
+    expect_close(stats["policy/approx_kl"], 0.0, what="stats['policy/approx_kl']", case=case, atol=1e-6)
     old = _perturbed(actor, 0.08, g)
     moved = _minibatch(actor, old, tokenizer, g, spec["prompt_lens"], spec["resp_lens"], spec["T"], kw["temperature"])
     case = "old_logprobs from a different model, so |log ratio| is far above ratio_tol=1e-4"

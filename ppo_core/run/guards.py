@@ -45,8 +45,8 @@ def nonfinite_parameters(module: torch.nn.Module) -> list[str]:
 
 def skip_reason(stats: dict) -> str:
     """Which of the losses, or else the gradient, was non-finite in a skipped update."""
-    losses = [k for k in ("loss/policy", "loss/value", "loss/entropy") if not math.isfinite(stats.get(k, 0.0))]
-    return ", ".join(losses) if losses else f"gradient (params/grad_norm={stats.get('params/grad_norm')})"
+    losses = [k for k in ("policy/loss", "value/loss", "policy/entropy_loss") if not math.isfinite(stats.get(k, 0.0))]
+    return ", ".join(losses) if losses else f"gradient (train/grad_norm={stats.get('train/grad_norm')})"
 
 
 def last_good(out) -> str:

@@ -65,7 +65,7 @@ def _steps(trainer, stop) -> None:
             bar.set_postfix(
                 reward=f"{m['rollout/reward_mean']:.3f}",
                 correct=f"{m['rollout/correct_rate']:.2f}",
-                kl=f"{m['params/kl_to_ref']:.2f}",
+                kl=f"{m['kl/to_ref']:.2f}",
             )
             n = trainer.step_count
             if cfg.eval_every and n % cfg.eval_every == 0 and n < cfg.steps:
@@ -112,6 +112,6 @@ def record_step(trainer, records: list[dict], ro, metrics: dict) -> dict:
         trainer.logger.log_samples(n, questions, ro.completions, ro.scores.tolist())
     trainer.logger.log(n, metrics)
     guards.check_parameters(trainer.actor, n, trainer.out)
-    all_skipped = metrics["params/skipped"] == sum(map(len, trainer.last_step.schedule))
+    all_skipped = metrics["train/skipped"] == sum(map(len, trainer.last_step.schedule))
     trainer.skips.end_step(all_skipped, n, trainer.out)
     return metrics

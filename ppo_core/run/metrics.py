@@ -13,12 +13,12 @@ __all__ = ["MetricsLogger", "plot_dashboard", "read_metrics", "explained_varianc
 DASHBOARD_KEYS = (
     "rollout/reward_mean",
     "rollout/correct_rate",
-    "params/kl_to_ref",
-    "params/approx_kl",
-    "params/policy_clipfrac",
+    "kl/to_ref",
+    "policy/approx_kl",
+    "policy/clipfrac",
     "rollout/response_length",
-    "params/entropy",
-    "params/explained_variance",
+    "policy/entropy",
+    "value/explained_variance",
 )
 
 
