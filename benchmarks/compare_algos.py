@@ -15,7 +15,8 @@ prints, as mean and range over the seeds:
 
 Results go to ``--out`` (default ``benchmarks/results/compare_algos.json``, rewritten after every run, so an
 interrupted benchmark keeps what it finished) and a plot beside it (``compare_algos.png``). ``--plot-only``
-redraws the plot and reprints the tables from that file. The warm-started models (one per seed) are
+redraws the plot and reprints the tables from that file; ``--merge A.json B.json`` combines the runs of
+several results files (seeds run as separate processes) into ``--out``. The warm-started models (one per seed) are
 cached where every run caches them (``warmstart.cache_dir``); their building is not in the training time.
 """
 
@@ -158,11 +159,18 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "compare_algos.json")
     ap.add_argument("--plot-only", action="store_true", help="redraw the plot and reprint the tables from --out")
+    ap.add_argument("--merge", type=Path, nargs="+", help="combine the runs of these results files (e.g. one per seed)")
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every run (e.g. train.eval_samples=200)")
     args = ap.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     png = args.out.with_suffix(".png")
-    if args.plot_only:
+    if args.merge:
+        parts = [json.loads(path.read_text()) for path in args.merge]
+        results = {**parts[0], "runs": [r for part in parts for r in part["runs"]]}
+        results["command"] = " && ".join(part["command"] for part in parts)
+        results["machine"] = "; ".join(part["machine"] for part in parts)
+        args.out.write_text(json.dumps(results, indent=1))
+    elif args.plot_only:
         results = json.loads(args.out.read_text())
     else:
         eval_samples = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("train.eval_samples=")), "500")
