@@ -39,7 +39,7 @@ class Rollout:
     completions: list = field(default_factory=list)  # decoded responses
     scores: torch.Tensor | None = None  # (B,) task score of each response (the trainer fills it in)
     logprobs: torch.Tensor | None = None  # (B, T) old policy, at the sampling temperature
-    values: torch.Tensor | None = None  # (B, T) old values
+    values: torch.Tensor | None = None  # (B, T) old values; None for an actor without a value head
     ref_logprobs: torch.Tensor | None = None  # (B, T) frozen reference
 
     @property
@@ -253,6 +253,11 @@ def complete(
     return texts
 
 
+def _cat_values(values: list) -> torch.Tensor | None:
+    """The chunks' values as one float32 (B, T) tensor, or None for an actor without a value head."""
+    return None if values[0] is None else torch.cat(values).float()
+
+
 @torch.inference_mode()
 def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int, prompt_cache=None) -> Rollout:
     """Fill in the old logprobs and values (actor) and the reference logprobs, in chunks of ``batch_size``.
@@ -269,9 +274,9 @@ def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int, promp
         if cached is None:
             logits, v = actor(ids, attn, pos, keep=ro.keep)  # (b, T, V), (b, T)
             logprobs.append(logprobs_from_logits(logits, tokens, temperature))
-            values.append(v.float())
+            values.append(v)
         ref_logits, _ = lm_logits(ref_lm, ids, attn, pos, keep=ro.keep)
         ref_logprobs.append(logprobs_from_logits(ref_logits, tokens, temperature))
-    ro.logprobs, ro.values = cached if cached is not None else (torch.cat(logprobs), torch.cat(values))
+    ro.logprobs, ro.values = cached if cached is not None else (torch.cat(logprobs), _cat_values(values))
     ro.ref_logprobs = torch.cat(ref_logprobs)
     return ro

@@ -36,6 +36,7 @@ CHAPTER_TITLES = {
     "04_losses": "Clipped losses",
     "05_full_loop": "The full loop",
     "06_reward_models": "Reward models",
+    "07_beyond_ppo": "Beyond PPO: GRPO, Dr. GRPO, RLOO, REINFORCE++",
 }
 
 EXERCISES = (
@@ -134,6 +135,14 @@ EXERCISES = (
         "pairwise_loss",
         "check_pairwise_loss",
         "read each row at its last real token: last = (torch.arange(L) * mask).argmax(-1); then F.logsigmoid",
+    ),
+    Exercise(
+        "7.1",
+        "07_beyond_ppo",
+        "the group-relative advantage",
+        "my_group_relative_advantages",
+        "check_group_relative_advantages",
+        "g = scores.view(-1, group_size) puts each prompt's samples in one row; subtract g.mean(dim=1, keepdim=True)",
     ),
 )
 """Every exercise of the course, in reading order. A test checks this table against the chapters."""

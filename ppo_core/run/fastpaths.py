@@ -32,6 +32,7 @@ from transformers import DynamicCache
 
 from ..logprobs import logprobs_from_logits
 from ..model import lm_logits, position_ids_from_mask
+from ..rollout import _cat_values
 from .precision import compute_dtype
 
 __all__ = ["PromptCache", "split_prefix_logits", "enable", "SPLIT_MIN_PREFIX_TOKENS"]
@@ -75,8 +76,8 @@ class PromptCache:
             pos = position_ids_from_mask(attn)[:, keep]  # (b, T)
             logits, v = actor(ids, attn, pos, past_key_values=cache)  # (b, T, V), (b, T)
             logprobs.append(logprobs_from_logits(logits, ro.response_ids[start:end], temperature))
-            values.append(v.float())
-        return torch.cat(logprobs), torch.cat(values)
+            values.append(v)
+        return torch.cat(logprobs), _cat_values(values)
 
 
 def _split_prefix(lm, prefix_tokens: int) -> bool:

@@ -133,8 +133,9 @@ def load_checkpoint(trainer, path) -> None:
             stacklevel=2,
         )
     load_weights_(trainer.actor.lm, path)  # in place, one tensor at a time: no second model in memory
-    head = torch.load(path / VALUE_HEAD_FILE, map_location=trainer.device, weights_only=True)
-    trainer.actor.value_head.load_state_dict(head)
+    if trainer.actor.value_head is not None:  # chapter 07's critic-free methods have none
+        head = torch.load(path / VALUE_HEAD_FILE, map_location=trainer.device, weights_only=True)
+        trainer.actor.value_head.load_state_dict(head)
     optimizer_state = torch.load(path / "optimizer.pt", map_location=trainer.device, weights_only=False)
     trainer.optimizer.load_state_dict(optimizer_state)
     trainer.step_count, trainer.kl_ctl.value = state["step"], state["kl_coef"]

@@ -21,6 +21,7 @@ from ..tasks.data import load_gsm8k
 from ..tasks.rewards import gsm8k_reward, is_correct
 from ..tasks.synthetic import make_synthetic_task
 from ..tasks.warmstart import warm_start
+from ..update import ppo_loss
 from ..utils import hub_offline, hub_unreachable
 from .config import Config, ConfigError
 from .precision import DTYPES
@@ -33,6 +34,7 @@ __all__ = [
     "build_optimizer",
     "fit_prompt_len",
     "model_context",
+    "uses_critic",
     "DTYPES",
     "DEVICES",
     "TASKS",
@@ -136,9 +138,16 @@ def load_models(cfg: Config, device: torch.device):
     if m.gradient_checkpointing:
         lm.gradient_checkpointing_enable()
         lm.config.use_cache = False
-    actor = ActorWithValueHead(lm, m.value_head_init_std, compute_dtype=DTYPES[m.dtype]).to(device)
+    critic = uses_critic(cfg)  # GRPO, RLOO and REINFORCE++ (chapter 07) build no value head
+    actor = ActorWithValueHead(lm, m.value_head_init_std, compute_dtype=DTYPES[m.dtype], with_value_head=critic)
+    actor = actor.to(device)
     ref = make_reference(actor).to(device=device, dtype=DTYPES[m.dtype])
     return actor, ref, tokenizer, path
+
+
+def uses_critic(cfg: Config) -> bool:
+    """Whether the run learns a value function: only GAE (PPO) needs one (``algo.adv_estimator``, chapter 07)."""
+    return cfg.algo.adv_estimator == "gae"
 
 
 def model_context(lm) -> int | None:
@@ -185,7 +194,8 @@ def _bitsandbytes_error(device_type: str) -> str | None:
 
 
 def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
-    """AdamW over the trunk and the value head, or bitsandbytes' AdamW8bit when ppo.optimizer=adamw8bit.
+    """AdamW over the trunk and the value head (if the actor has one), or bitsandbytes' AdamW8bit when
+    ppo.optimizer=adamw8bit.
 
     If bitsandbytes cannot run here, ``adamw8bit`` falls back to torch AdamW with a warning (the same
     update, with more optimizer memory) rather than stopping the run.
@@ -245,4 +255,21 @@ def update_hparams(cfg) -> dict:
         temperature=cfg.rollout.temperature,
         grad_accum_steps=p.grad_accum_steps,
         max_grad_norm=p.max_grad_norm,
+        **algo_loss(cfg),
     )
+
+
+def algo_loss(cfg) -> dict:
+    """``{"loss_fn": ...}`` when chapter 07's switches change the loss (the KL in it, another averaging), else
+    ``{}``: PPO's default loss, so a learner's own ``minibatch_update`` (chapter 05) needs no new argument."""
+    a = cfg.algo
+    if not a.use_kl_loss and a.loss_agg_mode == "token-mean":
+        return {}
+    loss_fn = functools.partial(
+        ppo_loss,
+        loss_agg_mode=a.loss_agg_mode,
+        kl_loss_coef=a.kl_loss_coef if a.use_kl_loss else 0.0,
+        kl_loss_type=a.kl_loss_type,
+        loss_norm_len=cfg.rollout.max_new_tokens,  # Dr. GRPO's constant: the response limit, not this batch's T
+    )
+    return {"loss_fn": loss_fn}
