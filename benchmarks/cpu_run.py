@@ -37,16 +37,16 @@ def run_seed(seed: int, overrides: list[str], workdir: Path) -> dict:
         raise SystemExit(f"seed {seed} failed:\n{proc.stderr[-3000:]}")
     summary = json.loads((out / "summary.json").read_text())
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in steps if "params/approx_kl" in r]
+    steps = [r for r in steps if "policy/approx_kl" in r]
     rng = lambda k: (min(r[k] for r in steps), max(r[k] for r in steps))  # noqa: E731
     return {
         "seed": seed,
         "wall_s": wall,
         **summary,
-        "approx_kl": rng("params/approx_kl"),
-        "policy_clipfrac": rng("params/policy_clipfrac"),
-        "value_clipfrac": rng("params/value_clipfrac"),
-        "kl_to_ref_last": steps[-1]["params/kl_to_ref"],
+        "approx_kl": rng("policy/approx_kl"),
+        "policy_clipfrac": rng("policy/clipfrac"),
+        "value_clipfrac": rng("value/clipfrac"),
+        "kl_to_ref_last": steps[-1]["kl/to_ref"],
     }
 
 
@@ -68,7 +68,8 @@ def main() -> None:
                 f"{r['before/sampled_accuracy']:.3f} -> {r['after/sampled_accuracy']:.3f} ({gain:+.1f} pts) | greedy "
                 f"{r['before/greedy_accuracy']:.3f} -> {r['after/greedy_accuracy']:.3f} | approx_kl "
                 f"{r['approx_kl'][0]:.4f}..{r['approx_kl'][1]:.4f} | policy clipfrac {r['policy_clipfrac'][0]:.3f}.."
-                f"{r['policy_clipfrac'][1]:.3f} | value clipfrac {r['value_clipfrac'][0]:.3f}..{r['value_clipfrac'][1]:.3f}"
+                f"{r['policy_clipfrac'][1]:.3f} | value clipfrac "
+                f"{r['value_clipfrac'][0]:.3f}..{r['value_clipfrac'][1]:.3f}"
                 f" | KL to ref (last) {r['kl_to_ref_last']:.2f} nats",
                 flush=True,
             )

@@ -68,14 +68,14 @@ def run(config: str, seed: int, steps: int, extra: list[str], workdir: Path) -> 
         raise SystemExit(f"{config} seed {seed} failed:\n{proc.stderr[-3000:]}")
     summary = json.loads((out / "summary.json").read_text())
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    ppo = [r for r in recs if "params/explained_variance" in r and not r.get("value/warmup")]
-    ev = [r["params/explained_variance"] for r in ppo]
+    ppo = [r for r in recs if "value/explained_variance" in r and not r.get("value/warmup")]
+    ev = [r["value/explained_variance"] for r in ppo]
     return {
         "config": config,
         "seed": seed,
         "ev_first10": mean(ev[:10]),
         "ev_last10": mean(ev[-10:]),
-        "value_loss_last10": mean([r["loss/value"] for r in ppo[-10:]]),
+        "value_loss_last10": mean([r["value/loss"] for r in ppo[-10:]]),
         "before": summary["before/sampled_accuracy"],
         "after": summary["after/sampled_accuracy"],
         "wall_s": wall,
@@ -87,9 +87,9 @@ def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int)
     """Train one run in-process, then compare its critic with the Monte-Carlo best critic on a fresh rollout."""
     from ppo_core.gae import compute_gae, token_rewards
     from ppo_core.kl import kl_penalty
-    from ppo_core.rollout import score
     from ppo_core.run.config import load_config
-    from ppo_core.trainer import PPOTrainer, explained_variance
+    from ppo_core.run.metrics import explained_variance
+    from ppo_core.trainer import PPOTrainer
 
     with tempfile.TemporaryDirectory() as tmp:
         run = [f"train.seed={seed}", f"train.steps={steps}", f"train.output_dir={tmp}/run", "train.progress=false"]
@@ -98,11 +98,8 @@ def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int)
         summary = tr.train()
     records = tr.test_records[:n]  # held-out questions: a rollout the critic was not trained on
     torch.manual_seed(seed + 1)
-    tr.actor.eval()
-    ro = tr._sample(records, 0)
-    p = cfg.ppo
-    score(tr.actor, tr.ref, ro, cfg.rollout.temperature, p.minibatch_size)
-    scores = torch.tensor([tr.reward_fn(c, r["answer"]) for c, r in zip(ro.completions, records)])
+    ro = tr.collect(records)  # steps 1-2 of the trainer: sample, score (old logprobs, values, task scores)
+    p, scores = cfg.ppo, ro.scores
     rewards = token_rewards(scores, kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator), ro.mask, tr.kl_ctl.value)
     t0 = time.perf_counter()
     v_star = monte_carlo_values(
@@ -150,15 +147,12 @@ def first_token_credit(tr, n_batches: int = 1) -> dict:
     """
     from ppo_core.gae import adaptive_lam, compute_gae, token_rewards
     from ppo_core.kl import kl_penalty
-    from ppo_core.rollout import score
 
     p, a0, sc, right = tr.cfg.ppo, [], [], []
     for i in range(n_batches):
         records = tr.prompt_batch(10_000 + i)
-        tr.actor.eval()
-        ro = tr._sample(records, 0)
-        score(tr.actor, tr.ref, ro, tr.cfg.rollout.temperature, p.minibatch_size)
-        s = torch.tensor([tr.reward_fn(c, r["answer"]) for c, r in zip(ro.completions, records)])
+        ro = tr.collect(records)  # steps 1-2 of the trainer: sample, score
+        s = ro.scores
         rewards = token_rewards(s, kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator), ro.mask, tr.kl_ctl.value)
         lam = adaptive_lam(ro.mask, p.lam_policy_alpha) if p.lam_policy_alpha > 0 else p.lam
         adv, _ = compute_gae(rewards, ro.values, ro.mask, p.gamma, lam)
@@ -175,6 +169,7 @@ def long_runs(configs: list[str], seed: int, steps: int, extra: list[str]) -> No
     """The long task: first-token credit at the start of PPO (after any value warm-up) and after ``steps`` steps,
     and held-out accuracy before/after, per config, in-process."""
     from ppo_core.run.config import load_config
+    from ppo_core.run.loop import total_steps
     from ppo_core.trainer import PPOTrainer
 
     print(f"long-answer task, seed {seed}, {steps} PPO steps per config ({' '.join(LONG)})")
@@ -193,7 +188,7 @@ def long_runs(configs: list[str], seed: int, steps: int, extra: list[str]) -> No
                 tr.step()
             with torch.random.fork_rng(devices=[]):
                 start = first_token_credit(tr)
-            while tr.step_count < tr.total_steps:
+            while tr.step_count < total_steps(cfg):
                 tr.step()
             after = tr.evaluate()
             with torch.random.fork_rng(devices=[]):

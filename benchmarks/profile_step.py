@@ -94,9 +94,9 @@ def profile_trl(s, model_path: str, threads: int, updates: int):
 
 
 OPTIMISATIONS = {
-    "prompt cache": "scoring reuses generate's keys and values of the prompt (rollout.sample keep_cache)",
-    "prefix split": "the float32 training forward runs the prompt apart (model.lm_logits), skipping backward work; "
-    "only from model.SPLIT_MIN_PREFIX_TOKENS prompt tokens per minibatch on",
+    "prompt cache": "scoring reuses generate's keys and values of the prompt (run.fastpaths.PromptCache)",
+    "prefix split": "the float32 training forward runs the prompt apart (run.fastpaths.split_prefix_logits), "
+    "skipping backward work; only from fastpaths.SPLIT_MIN_PREFIX_TOKENS prompt tokens per minibatch on",
 }
 
 
@@ -104,11 +104,11 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
     """Alternate steps of ours with each optimisation off and on, in one process; print per-phase medians."""
     import statistics
 
-    import ppo_core.model as model_module
-    import ppo_core.trainer as trainer_module
+    from ppo_core.run import fastpaths
     from ppo_core.trainer import PPOTrainer
 
-    real_sample, real_split = trainer_module.sample, model_module._split_prefix
+    real_keep, real_split = fastpaths.PromptCache.keep, fastpaths._split_prefix
+    keep_none = lambda cache, lm, start, out: setattr(cache, "complete", False)  # noqa: E731
     variants = {
         "neither": dict(keep_cache=False, split=False),
         "+ prompt cache": dict(keep_cache=True, split=False),
@@ -121,17 +121,18 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
         for i in range(updates * len(variants)):
             name = list(variants)[i % len(variants)]
             v = variants[name]
-            trainer_module.sample = functools.partial(real_sample, keep_cache=v["keep_cache"])
-            model_module._split_prefix = real_split if v["split"] else (lambda lm, prefix_tokens: False)
+            fastpaths.PromptCache.keep = real_keep if v["keep_cache"] else keep_none
+            fastpaths._split_prefix = real_split if v["split"] else (lambda lm, prefix_tokens: False)
             c0 = time.process_time()
             m = trainer.step()
             times[name].append(
                 (m["time/rollout"], m["time/score"], m["time/update"], m["time/step"], time.process_time() - c0)
             )
-        trainer_module.sample, model_module._split_prefix = real_sample, real_split
+        fastpaths.PromptCache.keep, fastpaths._split_prefix = real_keep, real_split
         trainer.logger.close()
     print(
-        f"\nours, like-for-like, B={s.batch_size}: median of {updates} steps each, interleaved (load {vs_trl.load_average()})"
+        f"\nours, like-for-like, B={s.batch_size}: median of {updates} steps each, interleaved (load "
+        f"{vs_trl.load_average()})"
     )
     print(f"  {'':32} {'generation':>10} {'scoring':>8} {'update':>8} {'step':>8} {'CPU s':>8}")
     for name, rows in times.items():
@@ -157,8 +158,12 @@ def main() -> None:
     from transformers.utils.logging import disable_progress_bar
 
     disable_progress_bar()
-    s = vs_trl.Setting("like-for-like", batch_size=args.batch_size, minibatch_size=args.minibatch_size,
-                       ours_overrides=vs_trl.LIKE_FOR_LIKE)  # fmt: skip
+    s = vs_trl.Setting(
+        "like-for-like",
+        batch_size=args.batch_size,
+        minibatch_size=args.minibatch_size,
+        ours_overrides=vs_trl.LIKE_FOR_LIKE,
+    )
     path = vs_trl.warm_started_tiny()
     if args.ab:
         ab_ours(s, path, args.threads, args.updates)

@@ -97,13 +97,26 @@ LIKE_FOR_LIKE = ["ppo.ent_coef=0.0", "ppo.max_grad_norm=0.0"]  # TRL has no entr
 def ours_config(s: Setting, model_path: str, out_dir: str, threads: int, device: str, dtype: str):
     from ppo_core.run.config import load_config
 
-    return load_config("cpu", [
-        f"model.name_or_path={model_path}", f"model.device={device}", f"model.dtype={dtype}",
-        f"rollout.batch_size={s.batch_size}", f"ppo.minibatch_size={s.minibatch_size}", f"ppo.ppo_epochs={s.ppo_epochs}",
-        f"rollout.max_new_tokens={s.response_length}", f"rollout.temperature={s.temperature}",
-        f"train.output_dir={out_dir}", f"train.num_threads={threads}", "train.progress=false",
-        "train.tensorboard=false", "train.log_every=0", "train.save_every=0", *s.ours_overrides,
-    ])  # fmt: skip
+    return load_config(
+        "cpu",
+        [
+            f"model.name_or_path={model_path}",
+            f"model.device={device}",
+            f"model.dtype={dtype}",
+            f"rollout.batch_size={s.batch_size}",
+            f"ppo.minibatch_size={s.minibatch_size}",
+            f"ppo.ppo_epochs={s.ppo_epochs}",
+            f"rollout.max_new_tokens={s.response_length}",
+            f"rollout.temperature={s.temperature}",
+            f"train.output_dir={out_dir}",
+            f"train.num_threads={threads}",
+            "train.progress=false",
+            "train.tensorboard=false",
+            "train.log_every=0",
+            "train.save_every=0",
+            *s.ours_overrides,
+        ],
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,7 +142,8 @@ class _RuleBackbone(nn.Module):
 
 
 class RuleRewardModel(nn.Module):
-    """The task's rule reward in the shape TRL's ``get_reward`` calls: ``getattr(m, m.base_model_prefix)`` then ``m.score``."""
+    """The task's rule reward in the shape TRL's ``get_reward`` calls: ``getattr(m, m.base_model_prefix)`` then
+    ``m.score``."""
 
     base_model_prefix = "backbone"
 
@@ -202,18 +216,47 @@ def build_trl(s: Setting, model_path: str, tokenizer, records, reward_fn, out_di
     dataset = Dataset.from_dict({"input_ids": ids})
     p = ours_config(s, model_path, out_dir, 1, "cpu", "float32").ppo  # the hyper-parameters ours uses
     args = PPOConfig(
-        output_dir=out_dir, per_device_train_batch_size=s.batch_size, gradient_accumulation_steps=1,
-        num_mini_batches=s.batch_size // s.minibatch_size, num_ppo_epochs=s.ppo_epochs,
-        response_length=s.response_length, temperature=s.temperature, stop_token="eos",
-        learning_rate=p.lr, lr_scheduler_type="constant", kl_coef=p.kl_coef, kl_estimator=p.kl_estimator,
-        cliprange=p.clip_eps, cliprange_value=p.vf_clip_eps, vf_coef=p.vf_coef, gamma=p.gamma, lam=p.lam,
-        bf16=False, fp16=False, gradient_checkpointing=False, use_cpu=device == "cpu",
-        total_episodes=s.batch_size * (s.updates + 1), local_rollout_forward_batch_size=s.batch_size,
-        num_sample_generations=0, report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True,
-        seed=0, dataloader_num_workers=0,
-    )  # fmt: skip
-    trainer = PPOTrainer(args=args, processing_class=tokenizer, model=policy, ref_model=ref, reward_model=reward,
-                         train_dataset=dataset, value_model=value, callbacks=[callback])  # fmt: skip
+        output_dir=out_dir,
+        per_device_train_batch_size=s.batch_size,
+        gradient_accumulation_steps=1,
+        num_mini_batches=s.batch_size // s.minibatch_size,
+        num_ppo_epochs=s.ppo_epochs,
+        response_length=s.response_length,
+        temperature=s.temperature,
+        stop_token="eos",
+        learning_rate=p.lr,
+        lr_scheduler_type="constant",
+        kl_coef=p.kl_coef,
+        kl_estimator=p.kl_estimator,
+        cliprange=p.clip_eps,
+        cliprange_value=p.vf_clip_eps,
+        vf_coef=p.vf_coef,
+        gamma=p.gamma,
+        lam=p.lam,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        use_cpu=device == "cpu",
+        total_episodes=s.batch_size * (s.updates + 1),
+        local_rollout_forward_batch_size=s.batch_size,
+        num_sample_generations=0,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=0,
+        dataloader_num_workers=0,
+    )
+    trainer = PPOTrainer(
+        args=args,
+        processing_class=tokenizer,
+        model=policy,
+        ref_model=ref,
+        reward_model=reward,
+        train_dataset=dataset,
+        value_model=value,
+        callbacks=[callback],
+    )
     trainer.remove_callback(PrinterCallback)  # it prints every update's metrics dict
     return trainer
 
@@ -278,8 +321,9 @@ def matmul_rate(device: str = "cpu") -> float:
     return 2 * n**3 / best
 
 
-def run_pair(s: Setting, model_path: str, threads: int, device: str = "cpu", dtype: str = "float32",
-             quiet: bool = False) -> tuple[list[Update], list[Update]]:  # fmt: skip
+def run_pair(
+    s: Setting, model_path: str, threads: int, device: str = "cpu", dtype: str = "float32", quiet: bool = False
+) -> tuple[list[Update], list[Update]]:
     """Train TRL and ours for ``1 + s.updates`` updates, interleaved; returns each side's updates."""
     import trl.experimental.ppo.ppo_trainer as trl_module
     from transformers import TrainerCallback
@@ -317,8 +361,18 @@ def run_pair(s: Setting, model_path: str, threads: int, device: str = "cpu", dty
                 t_end, cpu_end = time.perf_counter(), time.process_time()
                 start = self.resume if self.resume is not None else clock.gen0
                 cpu = cpu_end - self.resume_cpu if self.resume_cpu is not None else float("nan")
-                trl_side.append(Update(t_end - start, cpu, clock.gen1 - clock.gen0, clock.upd0 - clock.gen1,
-                                       t_end - clock.upd0, clock.shape, self.last_scores, clock.gc_seconds))  # fmt: skip
+                trl_side.append(
+                    Update(
+                        t_end - start,
+                        cpu,
+                        clock.gen1 - clock.gen0,
+                        clock.upd0 - clock.gen1,
+                        t_end - clock.upd0,
+                        clock.shape,
+                        self.last_scores,
+                        clock.gc_seconds,
+                    )
+                )
                 clock.gc_seconds = 0.0
                 records = [by_question[q] for q in clock.questions]
                 ours.prompt_batch = lambda step: records  # the very prompts TRL just used
@@ -328,13 +382,23 @@ def run_pair(s: Setting, model_path: str, threads: int, device: str = "cpu", dty
                     m = ours.step()
                     total, cpu = time.perf_counter() - t0, time.process_time() - c0
                     ours_rng = torch.get_rng_state()
-                ours_side.append(Update(total, cpu, m["time/rollout"], m["time/score"], m["time/update"],
-                                        shapes.get("ours", (0, 0, 0)), m["rollout/reward_mean"]))  # fmt: skip
+                ours_side.append(
+                    Update(
+                        total,
+                        cpu,
+                        m["time/rollout"],
+                        m["time/score"],
+                        m["time/update"],
+                        shapes.get("ours", (0, 0, 0)),
+                        m["rollout/reward_mean"],
+                    )
+                )
                 if not quiet:
                     t, o = trl_side[-1], ours_side[-1]
                     tag = "warm-up" if len(trl_side) == 1 else f"update {len(trl_side) - 1}"
                     print(
-                        f"    {tag:>9}: TRL {t.total:6.2f} s, {t.cpu:6.2f} CPU s (gc {t.gc:.2f} s, reward {t.reward:.3f})   "
+                        f"    {tag:>9}: TRL {t.total:6.2f} s, {t.cpu:6.2f} CPU s (gc {t.gc:.2f} s, reward "
+                        f"{t.reward:.3f})   "
                         f"ours {o.total:6.2f} s, {o.cpu:6.2f} CPU s (reward {o.reward:.3f})   load {load_average()}",
                         flush=True,
                     )
@@ -342,8 +406,17 @@ def run_pair(s: Setting, model_path: str, threads: int, device: str = "cpu", dty
 
         ours_module.score = score_and_record_shape
         try:
-            trl = build_trl(s, ours.init_path, ours.tokenizer, ours.train_records, ours.reward_fn, f"{tmp}/trl",
-                            device, DTYPES[dtype], Interleave())  # fmt: skip
+            trl = build_trl(
+                s,
+                ours.init_path,
+                ours.tokenizer,
+                ours.train_records,
+                ours.reward_fn,
+                f"{tmp}/trl",
+                device,
+                DTYPES[dtype],
+                Interleave(),
+            )
             trl.train()
         finally:
             clock.restore()
@@ -387,14 +460,16 @@ def summarize(s: Setting, trl_side: list[Update], ours_side: list[Update], model
 def print_summary(r: dict, s: Setting) -> None:
     lo, hi = min(r["ratios"]), max(r["ratios"])
     print(
-        f"\n  {r['setting']}: B={s.batch_size}, minibatch {s.minibatch_size}, {s.ppo_epochs} epochs, T<={s.response_length}, "
+        f"\n  {r['setting']}: B={s.batch_size}, minibatch {s.minibatch_size}, {s.ppo_epochs} epochs, "
+        f"T<={s.response_length}, "
         f"temperature {s.temperature}; median of {len(r['ratios'])} updates"
     )
     print(f"  {'':8} {'s/update':>9} {'generation':>22} {'scoring':>22} {'update':>22}   P, T (median)")
     for side, name in (("trl", "TRL"), ("ours", "ours")):
         cells = [f"{r[f'{side}_{k}_s']:5.2f} s {r[f'{side}_{k}_tps']:7.0f} tok/s" for k in ("gen", "score", "update")]
         print(
-            f"  {name:8} {r[side]:9.2f} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22}   {r[f'{side}_PT'][0]:.0f}, {r[f'{side}_PT'][1]:.0f}"
+            f"  {name:8} {r[side]:9.2f} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22}   {r[f'{side}_PT'][0]:.0f}, "
+            f"{r[f'{side}_PT'][1]:.0f}"
         )
     speed = [r[f"ours_{k}_tps"] / r[f"trl_{k}_tps"] for k in ("gen", "score", "update")]
     print(
@@ -464,9 +539,19 @@ def warm_started_tiny() -> str:
 
     cfg = load_config("cpu")
     w = cfg.warmstart
-    return str(warm_start(Path(w.cache_dir).expanduser(), seed=cfg.train.seed, steps=w.steps, batch_size=w.batch_size,
-                          lr=w.lr, answer_noise=w.answer_noise, n_train=cfg.data.n_train, n_test=cfg.data.n_test,
-                          progress=False))  # fmt: skip
+    return str(
+        warm_start(
+            Path(w.cache_dir).expanduser(),
+            seed=cfg.train.seed,
+            steps=w.steps,
+            batch_size=w.batch_size,
+            lr=w.lr,
+            answer_noise=w.answer_noise,
+            n_train=cfg.data.n_train,
+            n_test=cfg.data.n_test,
+            progress=False,
+        )
+    )
 
 
 def run_grid(batch_sizes, lengths, base_T: int, base_B: int, updates: int, threads: int, device: str) -> list[dict]:
@@ -477,8 +562,14 @@ def run_grid(batch_sizes, lengths, base_T: int, base_B: int, updates: int, threa
             (base_B, T) for T in lengths if (base_B, T) not in [(b, base_T) for b in batch_sizes]
         ]
         for B, T in points:
-            s = Setting(f"B={B} T={T}", batch_size=B, minibatch_size=max(1, B // 2), response_length=T, updates=updates,
-                        ours_overrides=LIKE_FOR_LIKE)  # fmt: skip
+            s = Setting(
+                f"B={B} T={T}",
+                batch_size=B,
+                minibatch_size=max(1, B // 2),
+                response_length=T,
+                updates=updates,
+                ours_overrides=LIKE_FOR_LIKE,
+            )
             trl_side, ours_side = run_pair(s, path, threads, device, quiet=True)
             r = summarize(s, trl_side, ours_side)
             rows.append({"B": B, "T": T, **r})
@@ -503,19 +594,36 @@ def print_grid(rows: list[dict]) -> None:
 # GPU report (--qwen-0.5b). Written without a GPU and never run on one by its authors: UNMEASURED.
 
 NOMINAL = {  # (dense bf16 FLOP/s, memory bandwidth B/s), from the vendors' data sheets; first match wins
-    "H200": (989e12, 4.8e12), "H100 PCIe": (756e12, 2.0e12), "H100": (989e12, 3.35e12),
-    "A100-SXM4-80GB": (312e12, 2.04e12), "A100": (312e12, 1.56e12), "L40S": (362e12, 0.86e12),
-    "L4": (121e12, 0.3e12), "A10": (125e12, 0.6e12),
-}  # fmt: skip
+    "H200": (989e12, 4.8e12),
+    "H100 PCIe": (756e12, 2.0e12),
+    "H100": (989e12, 3.35e12),
+    "A100-SXM4-80GB": (312e12, 2.04e12),
+    "A100": (312e12, 1.56e12),
+    "L40S": (362e12, 0.86e12),
+    "L4": (121e12, 0.3e12),
+    "A10": (125e12, 0.6e12),
+}
 
 
 def qwen_shaped(layers: int):
     """A random-init model shaped like Qwen2.5-0.5B (494 M parameters at 24 layers), in bf16."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    cfg = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=layers,
-                      num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1e6,
-                      rms_norm_eps=1e-6, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)  # fmt: skip
+    cfg = Qwen2Config(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=layers,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     return AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval(), cfg
 
 
@@ -572,8 +680,8 @@ def qwen_report(args) -> None:
     )
     # generation: prefill + 1 token, then prefill + T tokens; the difference is T - 1 decode steps
     sample(lm, tok, prompts[:2], 2, 1.0)  # warm-up
-    ro1, t1 = _timed(lambda: sample(lm, tok, prompts, 1, 1.0, keep_cache=False), device)
-    roT, tT = _timed(lambda: sample(lm, tok, prompts, T, 1.0, keep_cache=False), device)
+    ro1, t1 = _timed(lambda: sample(lm, tok, prompts, 1, 1.0), device)
+    roT, tT = _timed(lambda: sample(lm, tok, prompts, T, 1.0), device)
     P, T_gen = roT.prompt_len, roT.response_ids.shape[1]
     decode_tps = B * (T_gen - 1) / max(tT - t1, 1e-9)
     head_dim = cfg.hidden_size // cfg.num_attention_heads
@@ -592,15 +700,22 @@ def qwen_report(args) -> None:
     for opt_name in ("adamw", "adamw8bit"):
         optimizer = build_optimizer(actor, SimpleNamespace(optimizer=opt_name, lr=1e-6, weight_decay=0.0))
         idx = torch.arange(mb, device=device)
-        batch = {"input_ids": roT.input_ids[idx], "attention_mask": roT.attention_mask[idx], "response_ids": roT.response_ids[idx],
-                 "mask": roT.mask[idx], "old_logprobs": roT.logprobs[idx], "old_values": roT.values[idx],
-                 "advantages": torch.randn(mb, T_gen, device=device), "returns": torch.randn(mb, T_gen, device=device),
-                 "keep": roT.keep}  # fmt: skip
+        batch = {
+            "input_ids": roT.input_ids[idx],
+            "attention_mask": roT.attention_mask[idx],
+            "response_ids": roT.response_ids[idx],
+            "mask": roT.mask[idx],
+            "old_logprobs": roT.logprobs[idx],
+            "old_values": roT.values[idx],
+            "advantages": torch.randn(mb, T_gen, device=device),
+            "returns": torch.randn(mb, T_gen, device=device),
+            "keep": roT.keep,
+        }
         if device.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
         minibatch_update(actor, optimizer, batch, temperature=1.0)  # warm-up (creates the optimizer state)
-        _, t = _timed(lambda: minibatch_update(actor, optimizer, batch, temperature=1.0), device)
+        _, t = _timed(lambda o=optimizer, b=batch: minibatch_update(actor, o, b, temperature=1.0), device)
         flops = 3 * (
             2 * n_body * mb * L
             + 2 * cfg.hidden_size * cfg.vocab_size * mb * T_gen
@@ -609,7 +724,8 @@ def qwen_report(args) -> None:
         peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
         print(
             f"  update ({opt_name:9s}): minibatch {mb} x {L} tokens: {t:.3f} s, {flops / t / 1e12:.1f} TFLOP/s = "
-            f"MFU {flops / t / flops_peak:.1%}; peak memory {peak:.1f} GiB (policy + reference + optimizer + activations)"
+            f"MFU {flops / t / flops_peak:.1%}; peak memory {peak:.1f} GiB (policy + reference + optimizer + "
+            "activations)"
         )
         del optimizer
 
@@ -679,8 +795,15 @@ def main(argv=None) -> None:
     if args.qwen:
         qwen_report(args)
         return
-    base = Setting("", batch_size=args.batch_size, minibatch_size=args.minibatch_size, ppo_epochs=args.ppo_epochs,
-                   response_length=args.response_length, temperature=args.temperature, updates=args.updates)  # fmt: skip
+    base = Setting(
+        "",
+        batch_size=args.batch_size,
+        minibatch_size=args.minibatch_size,
+        ppo_epochs=args.ppo_epochs,
+        response_length=args.response_length,
+        temperature=args.temperature,
+        updates=args.updates,
+    )
     settings = {
         "like-for-like": replace(base, name="like-for-like", ours_overrides=LIKE_FOR_LIKE),
         "as-designed": replace(base, name="as designed", trl_reward="model", updates=max(2, args.updates // 2)),
@@ -720,7 +843,8 @@ def main(argv=None) -> None:
     print(f"\nload average at the end: {load_average()}")
     for s, r in results:
         print(
-            f"RESULT {s.name}: ours {r['ours']:.2f} s/update, TRL {r['trl']:.2f} s/update, ratio ours/TRL {r['ratio']:.2f} "
+            f"RESULT {s.name}: ours {r['ours']:.2f} s/update, TRL {r['trl']:.2f} s/update, ratio ours/TRL "
+            f"{r['ratio']:.2f} "
             f"(CPU seconds {r['cpu_ratio']:.2f})"
         )
 

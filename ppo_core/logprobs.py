@@ -15,7 +15,7 @@ prompt seen, no response token yet", the state in which r0 is chosen.
 
 import torch
 
-__all__ = ["logprobs_from_logits", "response_logits", "entropy_from_logits"]
+__all__ = ["logprobs_from_logits", "response_slice", "response_logits", "entropy_from_logits"]
 
 
 def _scaled_float(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -45,6 +45,11 @@ def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature
     return logp.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)  # (B, T)
 
 
+def response_slice(prompt_len: int, response_len: int) -> slice:
+    """The positions whose outputs predict the T response tokens: ``[P-1 : P+T-1]``."""
+    return slice(prompt_len - 1, prompt_len + response_len - 1)
+
+
 def response_logits(logits: torch.Tensor, prompt_len: int, response_len: int) -> torch.Tensor:
     """The outputs that predict the response tokens: ``logits[:, P-1 : P+T-1]``.
 
@@ -52,13 +57,14 @@ def response_logits(logits: torch.Tensor, prompt_len: int, response_len: int) ->
     """
     if prompt_len < 1:
         raise ValueError(
-            f"prompt_len must be >= 1 (the first response token is predicted by the last prompt token), got {prompt_len}"
+            f"prompt_len must be >= 1 (the first response token is predicted by the last prompt token), got "
+            f"{prompt_len}"
         )
     if prompt_len + response_len > logits.shape[1]:
         raise ValueError(
             f"prompt_len + response_len = {prompt_len + response_len} exceeds the sequence length {logits.shape[1]}"
         )
-    return logits[:, prompt_len - 1 : prompt_len + response_len - 1]
+    return logits[:, response_slice(prompt_len, response_len)]
 
 
 def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

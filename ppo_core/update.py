@@ -3,13 +3,16 @@
 logits, values = actor(prompt + response)                  one forward for both heads
 logprobs = log softmax(logits / temperature)[response]     chapter 01
 loss = policy_loss + vf_coef * value_loss + ent_coef * entropy_loss     chapter 04
+     (+ kl_loss_coef * KL to the reference, without the value loss for a critic-free method: chapter 07)
 """
 
 import torch
 
+from .advantages import kl_loss
 from .logprobs import logprobs_from_logits
 from .losses import entropy_loss, policy_loss, value_loss
-from .model import lm_logits, position_ids_from_mask
+from .model import position_ids_from_mask
+from .run.precision import autocast
 
 __all__ = ["ppo_loss", "minibatch_update", "value_update", "RatioCheckError"]
 
@@ -19,38 +22,60 @@ class RatioCheckError(RuntimeError):
 
 
 def ppo_loss(
-    actor, mb: dict, clip_eps: float, vf_clip_eps: float, vf_coef: float, ent_coef: float, temperature: float
+    actor,
+    mb: dict,
+    clip_eps: float,
+    vf_clip_eps: float,
+    vf_coef: float,
+    ent_coef: float,
+    temperature: float,
+    loss_agg_mode: str = "token-mean",
+    kl_loss_coef: float = 0.0,
+    kl_loss_type: str = "k3",
+    loss_norm_len: int | None = None,
 ) -> tuple[torch.Tensor, dict]:
     """The combined PPO loss on one (micro-)batch. ``mb`` holds the rollout tensors for its rows.
 
     mb keys: input_ids, attention_mask (B, P+T); response_ids, mask, old_logprobs, old_values,
-    advantages, returns (B, T); keep: the slice [P-1 : P+T-1].
+    advantages, returns (B, T); keep: the slice [P-1 : P+T-1]. Chapter 07's switches: an actor
+    without a value head (no value loss; old_values and returns are then not read),
+    ``loss_agg_mode`` (with ``loss_norm_len``, the constant T_max of seq-mean-token-sum-norm) for the policy
+    loss, and ``kl_loss_coef`` > 0 adds the KL to the reference (``mb["ref_logprobs"]``, estimator
+    ``kl_loss_type``) to the loss.
     """
     pos = position_ids_from_mask(mb["attention_mask"])
     logits, values = actor(mb["input_ids"], mb["attention_mask"], pos, keep=mb["keep"])  # (B, T, V), (B, T)
     logprobs = logprobs_from_logits(logits, mb["response_ids"], temperature)  # (B, T)
     mask = mb["mask"]
-    pg_loss, pg_stats = policy_loss(logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps)
-    vf_loss, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_clip_eps)
-    if ent_coef > 0:
+    agg = {} if loss_agg_mode == "token-mean" else {"loss_agg_mode": loss_agg_mode, "norm_len": loss_norm_len}
+    pg_loss, pg_stats = policy_loss(logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps, **agg)
+    loss, extra = pg_loss, {}
+    if values is not None:
+        vf_loss, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_clip_eps)
+        loss = loss + vf_coef * vf_loss
+        extra.update({"value/loss": vf_loss.item(), "value/clipfrac": vf_stats["clipfrac"]})
+    if kl_loss_coef > 0:
+        kl_term, _ = kl_loss(logprobs, mb["ref_logprobs"], mask, kl_loss_type, loss_agg_mode, loss_norm_len)
+        loss = loss + kl_loss_coef * kl_term
+        extra["kl/loss"] = kl_term.item()
+    if ent_coef != 0:
         ent_loss, ent_stats = entropy_loss(logits, mask, temperature)
     else:  # only logged: no graph through the (B, T, V) softmax, which is large for a real vocabulary
         with torch.no_grad():
             ent_loss, ent_stats = entropy_loss(logits, mask, temperature)
-    loss = pg_loss + vf_coef * vf_loss + ent_coef * ent_loss
+    loss = loss + ent_coef * ent_loss
     with torch.no_grad():
         max_log_ratio = (logprobs - mb["old_logprobs"]).abs().masked_fill(~mask, 0).max().item()
     stats = {
-        "loss/policy": pg_loss.item(),
-        "loss/value": vf_loss.item(),
-        "loss/entropy": ent_loss.item(),
+        "policy/loss": pg_loss.item(),
+        **extra,  # value/loss and value/clipfrac with a critic, kl/loss with the KL in the loss
+        "policy/entropy_loss": ent_loss.item(),
         "loss/total": loss.item(),
-        "params/policy_clipfrac": pg_stats["clipfrac"],
-        "params/value_clipfrac": vf_stats["clipfrac"],
-        "params/approx_kl": pg_stats["approx_kl"],
-        "params/ratio_mean": pg_stats["ratio_mean"],
-        "params/entropy": ent_stats["entropy"],
-        "params/max_abs_log_ratio": max_log_ratio,
+        "policy/clipfrac": pg_stats["clipfrac"],
+        "policy/approx_kl": pg_stats["approx_kl"],
+        "policy/ratio_mean": pg_stats["ratio_mean"],
+        "policy/entropy": ent_stats["entropy"],
+        "policy/max_abs_log_ratio": max_log_ratio,
     }
     return loss, stats
 
@@ -68,13 +93,15 @@ def minibatch_update(
     grad_accum_steps: int = 1,
     max_grad_norm: float = 1.0,
     ratio_tol: float | None = None,
+    loss_fn=ppo_loss,
 ) -> dict:
     """One optimizer step on a minibatch, accumulating gradients over ``grad_accum_steps`` micro-batches.
 
     ``ratio_tol``: if set, raise RatioCheckError when any |log ratio| exceeds it (use it on the first
     minibatch of the first epoch, where the policy has not moved yet and the ratio must be 1).
-    Returns the stats averaged over micro-batches, with ``params/grad_norm`` (before clipping) and
-    ``params/skipped`` (1 if the step was skipped for a non-finite loss or gradient).
+    Returns the stats averaged over micro-batches, with ``train/grad_norm`` (before clipping) and
+    ``train/skipped`` (1 if the step was skipped for a non-finite loss or gradient).
+    ``loss_fn``: the loss of one micro-batch, ``ppo_loss`` (chapter 05's checker passes mistaken ones).
     """
     n = mb["input_ids"].shape[0]
     micro = [torch.arange(n)[i::grad_accum_steps] for i in range(grad_accum_steps)]
@@ -82,10 +109,10 @@ def minibatch_update(
     totals: dict = {}
     for idx in micro:
         part = {k: (v[idx] if torch.is_tensor(v) else v) for k, v in mb.items()}
-        loss, stats = ppo_loss(actor, part, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature)
-        if ratio_tol is not None and stats["params/max_abs_log_ratio"] > ratio_tol:
+        loss, stats = loss_fn(actor, part, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature)
+        if ratio_tol is not None and stats["policy/max_abs_log_ratio"] > ratio_tol:
             raise RatioCheckError(
-                f"before any update the policy/old log-ratio reached {stats['params/max_abs_log_ratio']:.2e} "
+                f"before any update the policy/old log-ratio reached {stats['policy/max_abs_log_ratio']:.2e} "
                 f"(> {ratio_tol:g}): the training forward does not reproduce the rollout's logprobs "
                 "(dropout on? a different temperature, slice or position ids?)"
             )
@@ -98,8 +125,8 @@ def minibatch_update(
     if finite:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    totals["params/grad_norm"] = float(grad_norm)
-    totals["params/skipped"] = 0.0 if finite else 1.0
+    totals["train/grad_norm"] = float(grad_norm)
+    totals["train/skipped"] = 0.0 if finite else 1.0
     return totals
 
 
@@ -109,12 +136,14 @@ def value_update(actor, optimizer, mb: dict, *, vf_clip_eps: float = 0.2, max_gr
     The trunk runs without gradients, so only the value head gets a ``.grad``; AdamW (torch or
     bitsandbytes) skips parameters without one, so the same optimizer leaves every policy weight as it
     was. Loss: the clipped value loss of chapter 04 on the (B, T) ``mb`` tensors, as in ``ppo_loss``.
-    Returns ``loss/value``, ``value/clipfrac``, ``value/grad_norm`` and ``value/skipped``.
+    The trunk runs under autocast in ``actor.compute_dtype``, as in ``actor.forward``; the head in float32.
+    Returns ``value/loss``, ``value/clipfrac``, ``train/grad_norm`` (the head's, before clipping) and
+    ``train/skipped`` (1 if the step was skipped for a non-finite loss or gradient).
     """
     optimizer.zero_grad(set_to_none=True)
-    with torch.no_grad():
+    with torch.no_grad(), autocast(mb["input_ids"].device, actor.compute_dtype):
         pos = position_ids_from_mask(mb["attention_mask"])
-        _, hidden = lm_logits(actor.lm, mb["input_ids"], mb["attention_mask"], pos, keep=mb["keep"])  # (B, T, H)
+        _, hidden = actor.logits_fn(actor.lm, mb["input_ids"], mb["attention_mask"], pos, mb["keep"])  # (B, T, H)
     head = actor.value_head
     values = head(hidden.to(head.weight.dtype)).squeeze(-1)  # (B, T)
     loss, stats = value_loss(values, mb["old_values"], mb["returns"], mb["mask"], vf_clip_eps)
@@ -127,8 +156,8 @@ def value_update(actor, optimizer, mb: dict, *, vf_clip_eps: float = 0.2, max_gr
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return {
-        "loss/value": loss.item(),
+        "value/loss": loss.item(),
         "value/clipfrac": stats["clipfrac"],
-        "value/grad_norm": float(grad_norm),
-        "value/skipped": 0.0 if finite else 1.0,
+        "train/grad_norm": float(grad_norm),
+        "train/skipped": 0.0 if finite else 1.0,
     }

@@ -1,12 +1,82 @@
-"""Small helpers shared by the chapters."""
+"""Small helpers shared across the package: atomic writes, Hugging Face Hub messages, notebook display."""
 
 import inspect
+import os
+import shutil
+from pathlib import Path
 
-__all__ = ["show_source"]
+__all__ = ["show_source", "write_folder_atomically", "write_text_atomically", "hub_offline", "hub_unreachable", "fsync"]
+
+TRUE_STRINGS = {"1", "ON", "YES", "TRUE"}
 
 
 def show_source(obj):
     """Show the source of a package function in a notebook (syntax-highlighted), e.g. ``show_source(compute_gae)``."""
-    from IPython.display import Code
+    from IPython.display import Code  # only in notebooks: the package does not need IPython
 
     return Code(inspect.getsource(obj), language="python")
+
+
+def fsync(path) -> None:
+    """Flush a file or folder to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_text_atomically(path, text: str) -> None:
+    """Write ``text`` to a temporary sibling, then rename it over ``path``: a crash leaves the old or the new file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_folder_atomically(final, write, replace: bool = True) -> Path:
+    """Call ``write(tmp)`` on an empty ``.tmp-<name>-<pid>`` sibling folder, flush it, then publish it as ``final``
+    by a rename, so a process killed at any moment (even by kill -9) leaves the complete new folder or none.
+
+    An existing ``final`` is replaced (``replace=True``; moved aside to ``.old-<name>-<pid>`` for the instant
+    between two renames, see ``run.checkpoint.recover_interrupted_saves``) or kept (``replace=False``: another
+    process finished the same folder first).
+    """
+    final = Path(final)
+    out, pid = final.parent, os.getpid()
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / f".tmp-{final.name}-{pid}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    write(tmp)
+    for path in [*tmp.rglob("*"), tmp]:
+        if path.is_file() or path == tmp:
+            fsync(path)
+    if final.exists() and not replace:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return final
+    try:
+        if final.exists():
+            old = out / f".old-{final.name}-{pid}"
+            os.replace(final, old)
+            os.replace(tmp, final)  # a kill between the two renames is undone by recover_interrupted_saves
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except OSError:  # another process published ``final`` between the check and the rename
+        if replace:
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+    fsync(out)
+    return final
+
+
+def hub_offline(*variables: str) -> bool:
+    """Whether the first of the environment ``variables`` that is set (default HF_HUB_OFFLINE) asks for offline."""
+    value = next((os.environ[v] for v in variables or ("HF_HUB_OFFLINE",) if os.environ.get(v)), "")
+    return value.upper() in TRUE_STRINGS
+
+
+def hub_unreachable(name: str, why: str, fix: str) -> str:
+    """The one line for something the Hugging Face Hub could not give: what, why, and the fix without the hub."""
+    return f"Cannot load {name!r} from the Hugging Face Hub ({why}); {fix}"

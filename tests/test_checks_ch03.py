@@ -8,6 +8,7 @@ from ppo_core import checks
 from ppo_core.checks import CheckFailure, NotImplementedYet
 from ppo_core.checks.ch03_gae import _gae_loop, _lengths_mask
 from ppo_core.gae import compute_gae, token_rewards
+from ppo_core.kl import kl_penalty
 from ppo_core.masking import masked_whiten
 
 
@@ -186,3 +187,79 @@ def test_token_rewards_checker_stub():
 
     with pytest.raises(NotImplementedYet):
         checks.check_token_rewards(stub, verbose=False)
+
+
+# ---------------------------------------------------------------- kl_penalty, learner style
+def _kl(logprobs, ref_logprobs, estimator="k1", *, mistake=None):
+    """A typical learner kl_penalty; ``mistake`` switches on one error."""
+    log_ratio = logprobs - ref_logprobs
+    if mistake == "flipped":
+        log_ratio = ref_logprobs - logprobs
+    if mistake == "probs":
+        log_ratio = logprobs.exp() - ref_logprobs.exp()
+    if estimator == "k1":
+        out = log_ratio
+    elif estimator == "k2":
+        out = log_ratio**2 if mistake == "no_half" else 0.5 * log_ratio**2
+    elif estimator == "k3":
+        rho = torch.exp(-log_ratio)  # pi_ref / pi
+        if mistake == "k3_rho_flipped":
+            rho = torch.exp(log_ratio)
+            return (rho - 1) - torch.log(rho)
+        out = (rho - 1) + torch.log(rho) if mistake == "k3_sign" else (rho - 1) - torch.log(rho)
+    else:
+        raise ValueError(estimator)
+    if mistake == "mean":
+        out = out.mean()
+    return out
+
+
+def _wrong_kl(mistake):
+    def fn(logprobs, ref_logprobs, estimator="k1"):
+        return _kl(logprobs, ref_logprobs, estimator, mistake=mistake)
+
+    return fn
+
+
+def test_kl_penalty_checker_passes():
+    assert checks.check_kl_penalty(kl_penalty, verbose=False)
+    assert checks.check_kl_penalty(_wrong_kl(None), verbose=False)
+
+
+@pytest.mark.parametrize(
+    "mistake, message",
+    [
+        ("flipped", "flipped the log-ratio"),
+        ("probs", "used probabilities instead of log-probabilities"),
+        ("no_half", "forgot the 1/2"),
+        ("k3_rho_flipped", r"used rho = pi / pi_ref in k3"),
+        ("k3_sign", "flipped the sign of log rho in k3"),
+        ("mean", "reduced over tokens"),
+    ],
+)
+def test_kl_penalty_checker_names_the_mistake(mistake, message):
+    with pytest.raises(CheckFailure, match=message):
+        checks.check_kl_penalty(_wrong_kl(mistake), verbose=False)
+
+
+def test_kl_penalty_checker_other_failures():
+    def k3_is_k1(logprobs, ref_logprobs, estimator="k1"):
+        return kl_penalty(logprobs, ref_logprobs, "k1" if estimator == "k3" else estimator)
+
+    def silent_on_unknown(logprobs, ref_logprobs, estimator="k1"):
+        return kl_penalty(logprobs, ref_logprobs, estimator if estimator in ("k1", "k2", "k3") else "k1")
+
+    def float32_always(logprobs, ref_logprobs, estimator="k1"):
+        return kl_penalty(logprobs, ref_logprobs, estimator).float()
+
+    def stub(logprobs, ref_logprobs, estimator="k1"):
+        raise NotImplementedError
+
+    with pytest.raises(CheckFailure, match="returned k1"):
+        checks.check_kl_penalty(k3_is_k1, verbose=False)
+    with pytest.raises(CheckFailure, match="did not raise ValueError"):
+        checks.check_kl_penalty(silent_on_unknown, verbose=False)
+    with pytest.raises(CheckFailure, match="float64"):
+        checks.check_kl_penalty(float32_always, verbose=False)
+    with pytest.raises(NotImplementedYet):
+        checks.check_kl_penalty(stub, verbose=False)

@@ -16,8 +16,21 @@ from ppo_core.model import position_ids_from_mask
 from ppo_core.update import RatioCheckError, minibatch_update
 
 
-def learner_update(actor, optimizer, mb, *, clip_eps=0.2, vf_clip_eps=0.2, vf_coef=0.1, ent_coef=0.0, temperature=1.0,
-                   grad_accum_steps=1, max_grad_norm=1.0, ratio_tol=None, bug=None):  # fmt: skip
+def learner_update(
+    actor,
+    optimizer,
+    mb,
+    *,
+    clip_eps=0.2,
+    vf_clip_eps=0.2,
+    vf_coef=0.1,
+    ent_coef=0.0,
+    temperature=1.0,
+    grad_accum_steps=1,
+    max_grad_norm=1.0,
+    ratio_tol=None,
+    bug=None,
+):
     """A learner-style solution of exercise 5.1; ``bug`` switches on one mistake."""
     if bug != "no_zero_grad":
         optimizer.zero_grad()
@@ -51,15 +64,15 @@ def learner_update(actor, optimizer, mb, *, clip_eps=0.2, vf_clip_eps=0.2, vf_co
             grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), max_grad_norm)
             optimizer.step()
         stats = {
-            "loss/policy": pg.item(),
-            "loss/value": vf.item(),
-            "loss/entropy": ent.item(),
+            "policy/loss": pg.item(),
+            "value/loss": vf.item(),
+            "policy/entropy_loss": ent.item(),
             "loss/total": loss.item(),
-            "params/policy_clipfrac": pg_stats["clipfrac"],
-            "params/value_clipfrac": vf_stats["clipfrac"],
-            "params/approx_kl": pg_stats["approx_kl"],
-            "params/ratio_mean": pg_stats["ratio_mean"],
-            "params/entropy": ent_stats["entropy"],
+            "policy/clipfrac": pg_stats["clipfrac"],
+            "value/clipfrac": vf_stats["clipfrac"],
+            "policy/approx_kl": pg_stats["approx_kl"],
+            "policy/ratio_mean": pg_stats["ratio_mean"],
+            "policy/entropy": ent_stats["entropy"],
         }
         for k, v in stats.items():
             totals[k] = totals.get(k, 0.0) + v / grad_accum_steps
@@ -70,7 +83,7 @@ def learner_update(actor, optimizer, mb, *, clip_eps=0.2, vf_clip_eps=0.2, vf_co
         optimizer.step()
     if bug != "no_zero_grad":
         optimizer.zero_grad()
-    totals["params/grad_norm"] = grad_norm.item()
+    totals["train/grad_norm"] = grad_norm.item()
     if bug == "tensor_stats":
         totals = {k: torch.tensor(v) for k, v in totals.items()}
     return totals
@@ -110,9 +123,9 @@ def test_cases_are_not_degenerate():
     from ppo_core.checks import ch05_loop
 
     q = ch05_loop._outcome(0, None)["q"]
-    assert q["stats['params/policy_clipfrac'] (call 1)"] > 0 and q["stats['params/value_clipfrac'] (call 1)"] > 0
-    assert q["stats['params/grad_norm'] (call 1)"] > ch05_loop._CASES[0]["kw"]["max_grad_norm"]
-    assert abs(q["stats['params/ratio_mean'] (call 1)"] - 1) > 1e-3
+    assert q["stats['policy/clipfrac'] (call 1)"] > 0 and q["stats['value/clipfrac'] (call 1)"] > 0
+    assert q["stats['train/grad_norm'] (call 1)"] > ch05_loop._CASES[0]["kw"]["max_grad_norm"]
+    assert abs(q["stats['policy/ratio_mean'] (call 1)"] - 1) > 1e-3
 
 
 def test_stub_is_not_implemented():

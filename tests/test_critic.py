@@ -8,9 +8,9 @@ import torch
 
 from ppo_core.gae import adaptive_lam, compute_gae
 from ppo_core.run.config import ConfigError, load_config
-from ppo_core.run.metrics import read_metrics
+from ppo_core.run.metrics import explained_variance, last_mean, read_metrics
 from ppo_core.run.setup import build_optimizer, param_groups
-from ppo_core.trainer import PPOTrainer, last_mean
+from ppo_core.trainer import PPOTrainer
 
 
 def _batch(seed=0, B=5, T=7):
@@ -104,6 +104,29 @@ def test_value_head_gets_its_own_parameter_group_and_learning_rate(tiny_model_pa
     assert isinstance(param_groups(tr.actor, cfg.ppo), list) and torch.is_tensor(param_groups(tr.actor, cfg.ppo)[0])
 
 
+def test_without_a_critic_value_lr_and_lam_value_are_ignored_and_warmup_refused(tiny_model_path, tmp_path):
+    """No value head (chapter 07's critic-free estimators): one parameter group whatever ppo.value_lr says, the
+    step runs with the cpu preset's value_lr and lam_value set, and a value warm-up is a one-line config error."""
+    from ppo_core.model import ActorWithValueHead
+    from ppo_core.tasks.tiny import build_char_tokenizer, build_tiny_model
+
+    lm = build_tiny_model(build_char_tokenizer("ab"))
+    actor = ActorWithValueHead(lm, with_value_head=False)
+    ppo = load_config("cpu").ppo
+    assert ppo.value_lr > 0 and ppo.lam_value == 1.0  # the preset sets both
+    groups = param_groups(actor, ppo)
+    assert all(torch.is_tensor(p) for p in groups) and len(groups) == len(list(actor.parameters()))
+    assert [g["lr"] for g in build_optimizer(actor, ppo).param_groups] == [ppo.lr]
+    grpo = ("algo.adv_estimator=grpo", "rollout.group_size=4")
+    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path, 1, *grpo))
+    assert tr.actor.value_head is None and len(tr.optimizer.param_groups) == 1
+    m = tr.step()
+    assert tr.last_step.returns is None and not [k for k in m if k.startswith("value/")]
+    with pytest.raises(ConfigError, match="set ppo.value_warmup_steps=0") as err:
+        load_config("cpu", [*grpo, "ppo.value_warmup_steps=2"])
+    assert "\n" not in str(err.value)
+
+
 def test_value_warmup_fits_the_critic_and_leaves_the_policy_untouched(tiny_model_path, tmp_path):
     tr = PPOTrainer(_cfg(tiny_model_path, tmp_path, 1, "ppo.value_warmup_steps=2", "ppo.adaptive_kl=true"))
     tr.reward_fn = lambda completion, answer: float(len(completion) % 3)  # an untrained model scores 0: give it signal
@@ -112,12 +135,12 @@ def test_value_warmup_fits_the_critic_and_leaves_the_policy_untouched(tiny_model
     kl_before = tr.kl_ctl.value
     for n in (1, 2):
         m = tr.step()
-        assert m["value/warmup"] == 1.0 and "loss/policy" not in m and m["loss/value"] > 0
+        assert m["value/warmup"] == 1.0 and "policy/loss" not in m and m["value/loss"] > 0
         assert all(torch.equal(v, lm_before[k]) for k, v in tr.actor.lm.state_dict().items()), f"step {n}"
         assert tr.kl_ctl.value == kl_before
     assert not torch.equal(tr.actor.value_head.weight, head_before)  # the critic moved
     m = tr.step()  # then PPO proper: the policy moves
-    assert "value/warmup" not in m and "loss/policy" in m
+    assert "value/warmup" not in m and "policy/loss" in m
     assert any(not torch.equal(v, lm_before[k]) for k, v in tr.actor.lm.state_dict().items())
 
 
@@ -141,7 +164,7 @@ def test_value_warmup_steps_come_on_top_of_train_steps_and_resume_exactly(tiny_m
     assert strip(got) == strip(steps)
 
 
-def test_decoupled_lambda_trains_the_critic_on_compute_gae_with_lam_value(tiny_model_path, tmp_path, monkeypatch):
+def test_decoupled_lambda_trains_the_critic_on_compute_gae_with_lam_value(tiny_model_path, tmp_path):
     tr = PPOTrainer(
         _cfg(tiny_model_path, tmp_path, 1, "ppo.lam=0.9", "ppo.lam_value=1.0", "ppo.whiten_advantages=false")
     )
@@ -154,23 +177,13 @@ def test_decoupled_lambda_trains_the_critic_on_compute_gae_with_lam_value(tiny_m
         return real_update(ro, advantages, returns)
 
     tr.update = spy
-    import ppo_core.trainer as trainer_mod
-
-    captured = {}
-    real_gae = trainer_mod.compute_gae
-
-    def gae_spy(rewards, values, mask, gamma, lam):
-        captured.setdefault("rewards", rewards)
-        return real_gae(rewards, values, mask, gamma, lam)
-
-    monkeypatch.setattr(trainer_mod, "compute_gae", gae_spy)
     tr.step()
-    ro, rewards = seen["ro"], captured["rewards"]
-    want_adv, _ = real_gae(rewards, ro.values, ro.mask, 1.0, 0.9)
-    _, want_ret = real_gae(rewards, ro.values, ro.mask, 1.0, 1.0)
-    assert torch.equal(seen["advantages"], want_adv)
-    assert torch.equal(seen["returns"], want_ret)
-    assert not torch.equal(want_ret, real_gae(rewards, ro.values, ro.mask, 1.0, 0.9)[1])  # the two lambdas differ here
+    ro, rewards = seen["ro"], tr.last_step.rewards
+    want_adv, _ = compute_gae(rewards, ro.values, ro.mask, 1.0, 0.9)
+    _, want_ret = compute_gae(rewards, ro.values, ro.mask, 1.0, 1.0)
+    assert torch.equal(seen["advantages"], want_adv) and torch.equal(tr.last_step.advantages_raw, want_adv)
+    assert torch.equal(seen["returns"], want_ret) and torch.equal(tr.last_step.returns, want_ret)
+    assert not torch.equal(want_ret, compute_gae(rewards, ro.values, ro.mask, 1.0, 0.9)[1])  # the lambdas differ here
 
 
 def test_old_settings_reproduce_the_old_run(tiny_model_path, tmp_path):
@@ -184,7 +197,7 @@ def test_old_settings_reproduce_the_old_run(tiny_model_path, tmp_path):
         tr = PPOTrainer(_cfg(tiny_model_path, tmp_path / str(i), 2, *extra))
         tr.reward_fn = lambda completion, answer: float(len(completion) % 3)
         runs.append([{k: v for k, v in tr.step().items() if not k.startswith("time/")} for _ in range(2)])
-    assert runs[0][1]["loss/value"] > 0
+    assert runs[0][1]["value/loss"] > 0
     assert json.dumps(runs[0]) == json.dumps(runs[1])  # bit for bit (json: NaN equals NaN)
     assert "value/warmup" not in runs[0][0] and "rollout/lam_policy" not in runs[0][0]
 
@@ -212,9 +225,9 @@ def test_summary_reports_last_ten_step_explained_variance(tiny_model_path, tmp_p
     out = tmp_path / "run"
     assert main(_tiny_overrides(tiny_model_path, out, 2, "train.tensorboard=false")) == 0
     summary = json.loads((out / "summary.json").read_text())
-    evs = [r["params/explained_variance"] for r in read_metrics(out) if "params/explained_variance" in r]
+    evs = [r["value/explained_variance"] for r in read_metrics(out) if "value/explained_variance" in r]
     evs = [v for v in evs if v == v]  # an all-zero-reward step has no variance to explain (NaN): skipped
-    assert evs and summary["last10/explained_variance"] == pytest.approx(sum(evs) / len(evs))
+    assert evs and summary["last10/value/explained_variance"] == pytest.approx(sum(evs) / len(evs))
     assert "explained variance, mean of the last 10 steps" in capsys.readouterr().out
 
 
@@ -244,15 +257,12 @@ def test_value_updates_raise_explained_variance_on_a_fixed_rollout(tiny_model_pa
     """
     from ppo_core.gae import token_rewards
     from ppo_core.kl import kl_penalty
-    from ppo_core.rollout import score
-    from ppo_core.trainer import explained_variance
     from ppo_core.update import value_update
 
     tr = PPOTrainer(_cfg(tiny_model_path, tmp_path, 1, "ppo.value_lr=1e-2", "ppo.vf_clip_eps=10"))
     records = tr.prompt_batch(1)
     torch.manual_seed(0)
-    ro = tr._sample(records, 1)
-    score(tr.actor, tr.ref, ro, 1.0, 8)
+    ro = tr.collect(records)  # steps 1-2: sample and score
     scores = torch.tensor([float(c[:1] < "P") for c in ro.completions])  # decided by the first token
     rewards = token_rewards(scores, kl_penalty(ro.logprobs, ro.ref_logprobs, "k1"), ro.mask, 0.0)
     _, returns = compute_gae(rewards, ro.values, ro.mask, 1.0, 1.0)

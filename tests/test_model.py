@@ -5,6 +5,7 @@ import torch
 from transformers import AutoModelForCausalLM, GPT2Config
 
 from ppo_core.model import ActorWithValueHead, make_reference, position_ids_from_mask
+from ppo_core.run import fastpaths
 
 
 def _gpt2(dropout=0.1):
@@ -87,8 +88,9 @@ def test_forward_with_a_cached_prefix_equals_the_full_forward():
     with torch.no_grad():
         full_logits, full_values = actor(ids, attn)
         pos = position_ids_from_mask(attn)
-        cache = actor.lm.base_model(input_ids=ids[:, :5], attention_mask=attn[:, :5], position_ids=pos[:, :5],
-                                    use_cache=True).past_key_values  # fmt: skip
+        cache = actor.lm.base_model(
+            input_ids=ids[:, :5], attention_mask=attn[:, :5], position_ids=pos[:, :5], use_cache=True
+        ).past_key_values
         logits, values = actor(ids[:, 5:], attn, past_key_values=cache)  # position ids from the whole mask
     torch.testing.assert_close(logits, full_logits[:, 5:], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(values, full_values[:, 5:], atol=1e-5, rtol=1e-5)
@@ -97,8 +99,9 @@ def test_forward_with_a_cached_prefix_equals_the_full_forward():
 def _input_lengths(actor, *args, **kwargs):
     """The sequence lengths of the trunk calls that ``actor(*args, **kwargs)`` makes."""
     lengths = []
-    hook = actor.lm.base_model.register_forward_hook(lambda m, a, kw, out: lengths.append(kw["input_ids"].shape[1]),
-                                                     with_kwargs=True)  # fmt: skip
+    hook = actor.lm.base_model.register_forward_hook(
+        lambda m, a, kw, out: lengths.append(kw["input_ids"].shape[1]), with_kwargs=True
+    )
     actor(*args, **kwargs)
     hook.remove()
     return lengths
@@ -106,14 +109,16 @@ def _input_lengths(actor, *args, **kwargs):
 
 def test_float32_training_forward_runs_the_prefix_apart_with_the_same_numbers_and_gradients(monkeypatch):
     """With gradients on, ``keep`` splits the trunk into two calls; logits, values and gradients do not change."""
-    import ppo_core.model
-
     actor = ActorWithValueHead(_gpt2(), value_head_init_std=0.5).train()
     ids = torch.randint(3, 40, (3, 10))
     attn = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1, 0], [1] * 10, [0, 1, 1, 1, 1, 1, 1, 1, 1, 1]])
     keep = slice(4, 9)
+    monkeypatch.setattr(fastpaths, "SPLIT_MIN_PREFIX_TOKENS", 12)
+    assert _input_lengths(actor, ids, attn, keep=keep) == [10]  # the readable path (fast paths off): one call
+    fastpaths.enable(actor)
+    monkeypatch.setattr(fastpaths, "SPLIT_MIN_PREFIX_TOKENS", 13)
     assert _input_lengths(actor, ids, attn, keep=keep) == [10]  # 3 x 4 prefix tokens: too few to pay, one call
-    monkeypatch.setattr(ppo_core.model, "SPLIT_MIN_PREFIX_TOKENS", 12)
+    monkeypatch.setattr(fastpaths, "SPLIT_MIN_PREFIX_TOKENS", 12)
     assert _input_lengths(actor, ids, attn, keep=keep) == [
         4,
         5,
@@ -135,10 +140,8 @@ def test_float32_training_forward_runs_the_prefix_apart_with_the_same_numbers_an
 
 def test_activation_checkpointing_keeps_the_single_call(monkeypatch):
     """transformers turns its cache off under activation checkpointing, so the prefix is not run apart there."""
-    import ppo_core.model
-
-    monkeypatch.setattr(ppo_core.model, "SPLIT_MIN_PREFIX_TOKENS", 0)
-    actor = ActorWithValueHead(_gpt2()).train()
+    monkeypatch.setattr(fastpaths, "SPLIT_MIN_PREFIX_TOKENS", 0)
+    actor = fastpaths.enable(ActorWithValueHead(_gpt2()).train())
     enable = getattr(actor.lm, "activation_checkpointing_enable", None) or actor.lm.gradient_checkpointing_enable
     enable()
     ids, attn = torch.randint(3, 40, (2, 8)), torch.ones(2, 8, dtype=torch.long)

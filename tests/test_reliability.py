@@ -2,8 +2,8 @@
 
 Every run here uses the session's tiny untrained model (conftest.py) and a few seconds of CPU.
 Runs in a subprocess (``python -m ppo_core.train``) where the real exit code or a signal matters; the
-kill -9 test uses the ``PPO_CORE_SAVE_PAUSE=NAME:SECONDS`` hook of ``ppo_core.run.checkpoint``, which
-sleeps after a checkpoint is fully written to its temporary folder and before the rename that
+kill -9 test runs the same command through ``PAUSING_SAVE``, which patches the checkpoint writer to
+sleep after a checkpoint is fully written to its temporary folder and before the rename that
 publishes it - the worst moment for a kill.
 """
 
@@ -24,7 +24,7 @@ import torch
 from ppo_test_support import _tiny_overrides
 from safetensors.torch import load_file
 
-from ppo_core.run.checkpoint import SAVE_PAUSE_ENV, checkpoint_step, latest_checkpoint, recover_interrupted_saves
+from ppo_core.run.checkpoint import checkpoint_step, latest_checkpoint, recover_interrupted_saves
 from ppo_core.run.config import ConfigError, load_config
 from ppo_core.run.guards import NonFiniteError
 from ppo_core.run.metrics import read_metrics
@@ -33,8 +33,14 @@ from ppo_core.trainer import PPOTrainer
 
 # Three steps, a checkpoint after each (keep two), an adaptive KL coefficient (so the KL controller's
 # state matters on resume), one thread (so a subprocess and this process compute the same numbers).
-RUN = ("train.save_every=1", "train.keep_last=2", "ppo.adaptive_kl=true", "ppo.kl_horizon=100",
-       "train.num_threads=1", "train.tensorboard=false")  # fmt: skip
+RUN = (
+    "train.save_every=1",
+    "train.keep_last=2",
+    "ppo.adaptive_kl=true",
+    "ppo.kl_horizon=100",
+    "train.num_threads=1",
+    "train.tensorboard=false",
+)
 
 
 def _overrides(model, out, steps=3, *extra) -> list[str]:
@@ -104,12 +110,35 @@ def _kill_leftover_children():
             proc.wait()
 
 
-def _spawn(overrides, tmp_path, name, **env) -> tuple[subprocess.Popen, Path]:
-    """``python -m ppo_core.train`` in a subprocess; its stderr goes to a file (returned)."""
+PAUSING_SAVE = """
+import sys, time
+import ppo_core.run.checkpoint as checkpoint
+from ppo_core.train import main
+
+name, seconds = sys.argv[1], float(sys.argv[2])
+real_write = checkpoint.write_folder_atomically
+
+def pausing_write(final, write, replace=True):
+    def write_then_pause(tmp):
+        write(tmp)
+        if final.name == name:
+            time.sleep(seconds)  # fully written to its temporary folder, not yet published by the rename
+
+    return real_write(final, write_then_pause, replace)
+
+checkpoint.write_folder_atomically = pausing_write
+sys.exit(main(sys.argv[3:]))
+"""
+"""``python -c PAUSING_SAVE NAME SECONDS [train args]``: ``python -m ppo_core.train`` whose save of NAME pauses."""
+
+
+def _spawn(overrides, tmp_path, name, pause_save: tuple[str, float] | None = None) -> tuple[subprocess.Popen, Path]:
+    """``python -m ppo_core.train`` in a subprocess (pausing the save of ``pause_save=(NAME, SECONDS)``);
+    its stderr goes to a file (returned)."""
     err = tmp_path / f"{name}.stderr"
+    command = ["-c", PAUSING_SAVE, pause_save[0], str(pause_save[1])] if pause_save else ["-m", "ppo_core.train"]
     with err.open("w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "ppo_core.train", *overrides], stdout=subprocess.DEVNULL,
-                                stderr=stderr, env={**os.environ, **env})  # fmt: skip
+        proc = subprocess.Popen([sys.executable, *command, *overrides], stdout=subprocess.DEVNULL, stderr=stderr)
     _CHILDREN.append(proc)
     return proc, err
 
@@ -141,18 +170,37 @@ BAD_INPUTS = {
     "gamma outside (0, 1]": (lambda tmp: ["ppo.gamma=0"], ["ppo.gamma must be in (0, 1]"]),
     "temperature <= 0": (lambda tmp: ["rollout.temperature=0"], ["rollout.temperature must be > 0"]),
     "learning rate <= 0": (lambda tmp: ["ppo.lr=-1e-4"], ["ppo.lr must be > 0"]),
-    "batch not divisible": (lambda tmp: ["ppo.minibatch_size=3"], ["rollout.batch_size (8) must be a multiple of ppo.minibatch_size (3)"]),
-    "missing model folder": (lambda tmp: [f"model.name_or_path={tmp / 'no_model'}"], ["model.name_or_path=", "no such folder"]),
-    "hub id while offline": (lambda tmp: ["model.name_or_path=someone/not-cached"],
-                             ["Hugging Face Hub is unreachable", "hf download", "model.name_or_path=DIR"]),
-    "missing dataset file": (lambda tmp: ["data.task=gsm8k", f"data.source={tmp / 'none.jsonl'}"], ["data.source=", "not found"]),
+    "batch not divisible": (
+        lambda tmp: ["ppo.minibatch_size=3"],
+        ["rollout.batch_size (8) must be a multiple of ppo.minibatch_size (3)"],
+    ),
+    "missing model folder": (
+        lambda tmp: [f"model.name_or_path={tmp / 'no_model'}"],
+        ["model.name_or_path=", "no such folder"],
+    ),
+    "hub id while offline": (
+        lambda tmp: ["model.name_or_path=someone/not-cached"],
+        ["from the Hugging Face Hub", "hf download", "model.name_or_path=DIR"],
+    ),
+    "missing dataset file": (
+        lambda tmp: ["data.task=gsm8k", f"data.source={tmp / 'none.jsonl'}"],
+        ["data.source=", "not found"],
+    ),
     "empty dataset file": (lambda tmp: _gsm8k_file(tmp, []), ["no records"]),
-    "record without answer": (lambda tmp: _gsm8k_file(tmp, [GOOD, json.dumps({"question": "2+2?"})]),
-                              ["line 2", "missing field 'answer'"]),
-    "response longer than the context": (lambda tmp: ["rollout.max_new_tokens=300"], ["max_new_tokens=300", "context of 256"]),
-    "resume from a non-checkpoint": (lambda tmp: [f"train.resume={tmp}"], ["train.resume=", "not a complete checkpoint"]),
+    "record without answer": (
+        lambda tmp: _gsm8k_file(tmp, [GOOD, json.dumps({"question": "2+2?"})]),
+        ["line 2", "missing field 'answer'"],
+    ),
+    "response longer than the context": (
+        lambda tmp: ["rollout.max_new_tokens=300"],
+        ["max_new_tokens=300", "context of 256"],
+    ),
+    "resume from a non-checkpoint": (
+        lambda tmp: [f"train.resume={tmp}"],
+        ["train.resume=", "not a complete checkpoint"],
+    ),
     "cuda without a GPU": (lambda tmp: ["model.device=cuda"], ["model.device=cuda", "no CUDA GPU"]),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
@@ -170,8 +218,12 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tiny_model_path, 
 
 
 def test_cli_process_exit_code_and_single_stderr_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "ppo_core.train", "ppo.clip_epss=0.1", f"train.output_dir={tmp_path / 'r'}"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "ppo_core.train", "ppo.clip_epss=0.1", f"train.output_dir={tmp_path / 'r'}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "did you mean 'ppo.clip_eps'" in proc.stderr
     assert not (tmp_path / "r").exists()
@@ -299,19 +351,19 @@ def test_nan_loss_update_is_skipped_counted_and_logged_at_once(tiny_model_path, 
 
     monkeypatch.setattr(update, "policy_loss", nan_policy_loss)
     before = _params(tr)
-    with pytest.warns(UserWarning, match=r"step 1, epoch \d, minibatch \d: update skipped \(non-finite loss/policy"):
+    with pytest.warns(UserWarning, match=r"step 1, epoch \d, minibatch \d: update skipped \(non-finite policy/loss"):
         m = tr.step()
-    assert m["params/skipped"] == 4  # 2 epochs x 2 minibatches
+    assert m["train/skipped"] == 4  # 2 epochs x 2 minibatches
     assert torch.equal(_params(tr), before)
     on_disk = _step_lines(tr.out)  # the logger is still open: the line was flushed when the step ended
-    assert [r["step"] for r in on_disk] == [1] and on_disk[0]["params/skipped"] == 4
+    assert [r["step"] for r in on_disk] == [1] and on_disk[0]["train/skipped"] == 4
 
     monkeypatch.setattr(update, "policy_loss", real)
-    assert tr.step()["params/skipped"] == 0 and not torch.equal(_params(tr), before)  # the streak resets
+    assert tr.step()["train/skipped"] == 0 and not torch.equal(_params(tr), before)  # the streak resets
     monkeypatch.setattr(update, "policy_loss", nan_policy_loss)
     with pytest.warns(UserWarning, match="update skipped"):
         tr.step()
-        with pytest.raises(NonFiniteError, match=r"steps 3-4: every update was skipped \(non-finite loss/policy\)"):
+        with pytest.raises(NonFiniteError, match=r"steps 3-4: every update was skipped \(non-finite policy/loss\)"):
             tr.step()  # train.max_skipped_steps=2 all-skipped steps in a row: stop with a diagnosis
 
 
@@ -319,10 +371,10 @@ def test_nan_gradient_update_is_skipped(tiny_model_path, tmp_path):
     tr = _trainer(tiny_model_path, tmp_path)
     hook = tr.actor.value_head.weight.register_hook(lambda g: g * float("nan"))  # finite losses, NaN gradient
     before = _params(tr)
-    with pytest.warns(UserWarning, match=r"update skipped \(non-finite gradient \(params/grad_norm=nan\)\)"):
+    with pytest.warns(UserWarning, match=r"update skipped \(non-finite gradient \(train/grad_norm=nan\)\)"):
         m = tr.step()
     hook.remove()
-    assert m["params/skipped"] == 4 and math.isfinite(m["loss/total"])
+    assert m["train/skipped"] == 4 and math.isfinite(m["loss/total"])
     assert torch.equal(_params(tr), before)
 
 
@@ -382,7 +434,7 @@ def test_sigint_and_sigterm_save_a_checkpoint_and_exit_cleanly(tiny_model_path, 
         runs[sig] = (out, *_spawn(_overrides(tiny_model_path, out, 1000, "train.save_every=0"), tmp_path, sig.name))
     procs = [proc for _, proc, _ in runs.values()]
     for sig, (out, proc, _) in runs.items():
-        _wait_for(lambda: _step_lines(out), procs)  # step 1 is logged, on disk
+        _wait_for(lambda out=out: _step_lines(out), procs)  # step 1 is logged, on disk
         proc.send_signal(sig)
     for sig, (out, proc, err) in runs.items():
         assert proc.wait(timeout=90) == 128 + sig
@@ -404,7 +456,7 @@ def test_sigint_and_sigterm_save_a_checkpoint_and_exit_cleanly(tiny_model_path, 
 
 def test_kill_9_during_a_save_then_resume_matches_the_uninterrupted_run(reference_run, tiny_model_path, tmp_path):
     out = tmp_path / "run"
-    proc, err = _spawn(_overrides(tiny_model_path, out), tmp_path, "killed", **{SAVE_PAUSE_ENV: "step_2:120"})
+    proc, err = _spawn(_overrides(tiny_model_path, out), tmp_path, "killed", pause_save=("step_2", 120))
     written = lambda: [*out.glob(".tmp-step_2-*/trainer_state.pt"), *out.glob("step_2/trainer_state.pt")]  # noqa: E731
     _wait_for(written, [proc])  # step_2 fully written (the pause hook holds it before the rename)
     time.sleep(0.2)

@@ -6,6 +6,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from ppo_core.logprobs import logprobs_from_logits
 from ppo_core.model import ActorWithValueHead, make_reference
 from ppo_core.rollout import sample, sampling_config, score, tokenize_prompts
+from ppo_core.run import fastpaths
+from ppo_core.run.fastpaths import PromptCache
 
 
 def _load(path):
@@ -73,9 +75,11 @@ def _scored(lm, tok, batch_size, keep_cache, seed=0):
     torch.manual_seed(123)
     actor = ActorWithValueHead(lm, value_head_init_std=0.5)  # the same non-zero value head in every call
     torch.manual_seed(seed)
-    ro = sample(lm, tok, PROMPTS, max_new_tokens=10, temperature=0.9, batch_size=batch_size, keep_cache=keep_cache)
-    kept = ro.caches is not None
-    score(actor, make_reference(actor), ro, 0.9, batch_size=2)
+    cache = PromptCache() if keep_cache else None
+    ro = sample(lm, tok, PROMPTS, max_new_tokens=10, temperature=0.9, batch_size=batch_size, prompt_cache=cache)
+    kept = cache is not None and cache.complete and bool(cache.chunks)
+    score(actor, make_reference(actor), ro, 0.9, batch_size=2, prompt_cache=cache)
+    assert cache is None or not cache.chunks  # used once, then released
     return ro, kept
 
 
@@ -87,7 +91,6 @@ def test_score_from_generation_cache_equals_full_forward(tiny_model_path, tmp_pa
             assert not kept
             cached, kept = _scored(lm, tok, gen_batch, keep_cache=True)
             assert kept, "a float32 policy keeps generate's caches"
-            assert cached.caches is None and cached.cache_lm is None  # used once, then released
             assert torch.equal(cached.response_ids, full.response_ids)
             m = full.mask
             torch.testing.assert_close(cached.logprobs[m], full.logprobs[m], atol=1e-5, rtol=1e-5)
@@ -103,9 +106,10 @@ def test_cache_of_another_model_is_not_used(tiny_model_path):
         for p in other.lm.parameters():
             p.mul_(1.5)  # a different policy
     torch.manual_seed(0)
-    ro = sample(lm, tok, PROMPTS, max_new_tokens=8, temperature=1.0, keep_cache=True)
-    assert ro.caches is not None
-    score(other, make_reference(other), ro, 1.0, batch_size=3)
+    cache = PromptCache()
+    ro = sample(lm, tok, PROMPTS, max_new_tokens=8, temperature=1.0, prompt_cache=cache)
+    assert cache.chunks
+    score(other, make_reference(other), ro, 1.0, batch_size=3, prompt_cache=cache)
     torch.testing.assert_close(ro.logprobs, ro.ref_logprobs)  # both the other model's own, full forward
 
 
@@ -113,26 +117,35 @@ def test_low_precision_policy_keeps_no_cache(tiny_model_path):
     lm, tok = _load(tiny_model_path)
     lm = lm.to(torch.bfloat16)
     torch.manual_seed(0)
-    ro = sample(lm, tok, PROMPTS, max_new_tokens=4, temperature=1.0, keep_cache=True)
-    assert ro.caches is None and ro.cache_lm is None
+    cache = PromptCache()
+    sample(lm, tok, PROMPTS, max_new_tokens=4, temperature=1.0, prompt_cache=cache)
+    assert not cache.complete and cache.actor_scores(ActorWithValueHead(lm), None, 1.0) is None
 
 
 def test_ratio_is_one_on_a_cached_rollout(tiny_model_path, monkeypatch):
     """The logprob-consistency check of the first PPO minibatch passes on logprobs scored from the cache,
     with the training forward's prompt run apart (``model.lm_logits``) as in large minibatches."""
-    import ppo_core.model
     from ppo_core.update import minibatch_update
 
-    monkeypatch.setattr(ppo_core.model, "SPLIT_MIN_PREFIX_TOKENS", 0)
+    monkeypatch.setattr(fastpaths, "SPLIT_MIN_PREFIX_TOKENS", 0)
     lm, tok = _load(tiny_model_path)
-    actor = ActorWithValueHead(lm)
+    actor = fastpaths.enable(ActorWithValueHead(lm))
     torch.manual_seed(0)
-    ro = sample(lm, tok, PROMPTS * 2, max_new_tokens=10, temperature=0.7, batch_size=4, keep_cache=True)
-    assert ro.caches is not None
-    score(actor, make_reference(actor), ro, 0.7, batch_size=6)
-    mb = {"input_ids": ro.input_ids.clone(), "attention_mask": ro.attention_mask.clone(), "response_ids": ro.response_ids.clone(),
-          "mask": ro.mask.clone(), "old_logprobs": ro.logprobs.clone(), "old_values": ro.values.clone(),
-          "advantages": torch.randn(ro.mask.shape), "returns": torch.randn(ro.mask.shape), "keep": ro.keep}  # fmt: skip
+    cache = PromptCache()
+    ro = sample(lm, tok, PROMPTS * 2, max_new_tokens=10, temperature=0.7, batch_size=4, prompt_cache=cache)
+    assert cache.complete and len(cache.chunks) == 2
+    score(actor, make_reference(actor), ro, 0.7, batch_size=6, prompt_cache=cache)
+    mb = {
+        "input_ids": ro.input_ids.clone(),
+        "attention_mask": ro.attention_mask.clone(),
+        "response_ids": ro.response_ids.clone(),
+        "mask": ro.mask.clone(),
+        "old_logprobs": ro.logprobs.clone(),
+        "old_values": ro.values.clone(),
+        "advantages": torch.randn(ro.mask.shape),
+        "returns": torch.randn(ro.mask.shape),
+        "keep": ro.keep,
+    }
     optimizer = torch.optim.AdamW(actor.parameters(), lr=1e-3)
     stats = minibatch_update(actor, optimizer, mb, temperature=0.7, ratio_tol=1e-5)  # raises if |log ratio| > 1e-5
-    assert stats["params/max_abs_log_ratio"] < 1e-5
+    assert stats["policy/max_abs_log_ratio"] < 1e-5

@@ -18,18 +18,18 @@ STEP_KEYS = [
     "rollout/correct_rate",
     "rollout/response_length",
     "rollout/eos_rate",
-    "loss/policy",
-    "loss/value",
-    "loss/entropy",
+    "policy/loss",
+    "value/loss",
+    "policy/entropy_loss",
     "loss/total",
-    "params/policy_clipfrac",
-    "params/value_clipfrac",
-    "params/approx_kl",
-    "params/kl_to_ref",
-    "params/grad_norm",
-    "params/explained_variance",
-    "params/kl_coef",
-    "params/skipped",
+    "policy/clipfrac",
+    "value/clipfrac",
+    "policy/approx_kl",
+    "kl/to_ref",
+    "train/grad_norm",
+    "value/explained_variance",
+    "kl/coef",
+    "train/skipped",
     "time/rollout",
     "time/score",
     "time/update",
@@ -176,3 +176,26 @@ def test_cuda_code_path_random_qwen(tmp_path):
         "ppo.value_warmup_steps=1",  # the preset's warm-up path (bf16 trunk, 8-bit AdamW), once
     ]
     assert main(["--config", "cuda", *overrides]) == 0
+
+
+def test_fast_paths_give_the_readable_paths_numbers(tiny_model_path, tmp_path, monkeypatch):
+    """train.fast_paths (run/fastpaths.py) changes how much work a step does, not what it computes."""
+    from ppo_core.run import fastpaths
+
+    monkeypatch.setattr(fastpaths, "SPLIT_MIN_PREFIX_TOKENS", 0)  # the prefix split on every minibatch
+    steps = {}
+    for fast in (True, False):
+        tr = _trainer(tiny_model_path, tmp_path / str(fast), f"train.fast_paths={str(fast).lower()}")
+        calls = []
+        real_keep = fastpaths.PromptCache.keep
+        monkeypatch.setattr(
+            fastpaths.PromptCache, "keep", lambda c, *a, calls=calls, real=real_keep: calls.append(1) or real(c, *a)
+        )
+        m = tr.step()
+        assert bool(calls) == fast  # the prompt cache is kept only with the fast paths on
+        steps[fast] = (tr.last_step, m)
+    (fast, m_fast), (plain, m_plain) = steps[True], steps[False]
+    for name in ("kl", "rewards", "advantages_raw", "advantages", "returns"):
+        torch.testing.assert_close(getattr(fast, name), getattr(plain, name), atol=1e-5, rtol=1e-4, msg=name)
+    for key in ("policy/loss", "value/loss", "policy/approx_kl", "train/grad_norm"):
+        assert m_fast[key] == pytest.approx(m_plain[key], rel=1e-3, abs=1e-5), key

@@ -21,8 +21,16 @@ from ppo_core.tasks.warmstart import (
 )
 
 # Seconds-long settings: a ~30 k-parameter model, 20 steps.
-FAST = dict(steps=20, batch_size=8, lr=1e-2, n_train=200, n_test=20, eval_samples=4, progress=False,
-            size=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2))  # fmt: skip
+FAST = dict(
+    steps=20,
+    batch_size=8,
+    lr=1e-2,
+    n_train=200,
+    n_test=20,
+    eval_samples=4,
+    progress=False,
+    size=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2),
+)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -123,8 +131,17 @@ def test_cache_key_follows_every_setting(cached):
     settings = json.loads((path / "warmstart.json").read_text())["settings"]
     assert path.name == f"warmstart-{warmstart.settings_hash(settings)}"
     bigger = {**settings["size"], "hidden_size": 48}
-    for change in (dict(lr=2e-2), dict(seed=1), dict(answer_noise=0.5), dict(steps=21), dict(batch_size=4),
-                   dict(arch="gpt2"), dict(n_train=201), dict(task="other"), dict(size=bigger)):  # fmt: skip
+    for change in (
+        dict(lr=2e-2),
+        dict(seed=1),
+        dict(answer_noise=0.5),
+        dict(steps=21),
+        dict(batch_size=4),
+        dict(arch="gpt2"),
+        dict(n_train=201),
+        dict(task="other"),
+        dict(size=bigger),
+    ):
         assert warmstart.settings_hash({**settings, **change}) != warmstart.settings_hash(settings), change
     other = warm_start(out, **{**FAST, "answer_noise": 0.5})  # a real call trains into a new folder
     assert other != path and (other / "warmstart.json").is_file()

@@ -365,8 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             changed = build(root)
             print(
-                f"{len(changed)} learner cop{'y' if len(changed) == 1 else 'ies'} written or removed in {root / EXERCISES_DIR}"
-                + "".join(f"\n  {p.relative_to(root)}" for p in changed)
+                f"{len(changed)} learner cop{'y' if len(changed) == 1 else 'ies'} written or removed in "
+                f"{root / EXERCISES_DIR}" + "".join(f"\n  {p.relative_to(root)}" for p in changed)
             )
             return 0
         problems = stale(root)

@@ -125,7 +125,8 @@ def expect_close(
         )
     if isinstance(got, torch.Tensor) and not torch.isfinite(got).all() and torch.isfinite(torch.as_tensor(want)).all():
         raise CheckFailure(
-            f"{what} contains NaN or inf where the right answer is finite: is the computation numerically stable? Case: {case}\n  expected: {_fmt(want)}\n  got:      {_fmt(got)}"
+            f"{what} contains NaN or inf where the right answer is finite: is the computation numerically "
+            f"stable? Case: {case}\n  expected: {_fmt(want)}\n  got:      {_fmt(got)}"
         )
     if _close(got, want, atol, rtol):
         return

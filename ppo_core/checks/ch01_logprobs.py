@@ -76,14 +76,16 @@ def _logprob_shape(got, B: int, T: int, V: int, case: str):
             B,
             T,
             V,
-        ): "returned the full (B, T, V) distribution: pick each response token's entry with .gather(-1, ids.unsqueeze(-1)).squeeze(-1)",
+        ): "returned the full (B, T, V) distribution: pick each response token's entry with .gather(-1, "
+        "ids.unsqueeze(-1)).squeeze(-1)",
         (B, T, 1): "forgot to .squeeze(-1) after the gather",
         (
             B,
             T,
             B,
             T,
-        ): "indexed with the ids directly (logp[..., ids] builds every combination): gather along the vocabulary dim, dim=-1",
+        ): "indexed with the ids directly (logp[..., ids] builds every combination): gather along the vocabulary "
+        "dim, dim=-1",
         (B, T + 1): "scored one position too many: keep only the T outputs [P-1 : P+T-1]",
     }
     _check_shape(
@@ -118,7 +120,8 @@ def check_gather_response_logprobs(fn):
     _logprob_shape(got, B, T, V, case)
     if not torch.isfinite(got).all():
         raise CheckFailure(
-            f"logprobs contains NaN or -inf for large logits: it looks like you {_UNSTABLE}. Case: {case}\n  got: {got.tolist()}"
+            f"logprobs contains NaN or -inf for large logits: it looks like you {_UNSTABLE}. Case: {case}\n  "
+            f"got: {got.tolist()}"
         )
     want = logprobs_from_logits(response_logits(logits, P, T), response_ids, temperature)
     expect_close(
@@ -170,15 +173,13 @@ def _entropy_mistakes(logits, temperature) -> dict:
     H = entropy_from_logits(logits, temperature)  # (B, T)
     return {
         "got the sign wrong (sum p log p is minus the entropy)": -H,
-        "forgot the temperature (the entropy of the sampling distribution uses logits / temperature)": entropy_from_logits(
-            logits, 1.0
-        ),
+        "forgot the temperature (the entropy of the sampling distribution uses logits / "
+        "temperature)": entropy_from_logits(logits, 1.0),
         "multiplied the logits by the temperature instead of dividing by it": entropy_from_logits(
             logits.float() * temperature, 1.0
         ),
-        "used one token's surprisal, -log p of the most likely token, instead of the whole distribution's entropy": -logp.max(
-            -1
-        ).values,
+        "used one token's surprisal, -log p of the most likely token, instead of the whole distribution's "
+        "entropy": -logp.max(-1).values,
         "averaged -p log p over the vocabulary instead of summing it": -(p * logp).mean(-1),
         "forgot the probability weights (summed -log p over the vocabulary)": -logp.sum(-1),
     }
@@ -214,7 +215,8 @@ def check_entropy_from_logits(fn):
     _entropy_shape(got, B, T, V, case)
     if not torch.isfinite(got).all():
         raise CheckFailure(
-            f"entropy contains NaN or inf for large logits: it looks like you {_ENT_UNSTABLE}. Case: {case}\n  got: {got.tolist()}"
+            f"entropy contains NaN or inf for large logits: it looks like you {_ENT_UNSTABLE}. Case: {case}\n  "
+            f"got: {got.tolist()}"
         )
     expect_close(
         got,

@@ -80,7 +80,8 @@ def _whiten_mistakes(x, mask, shift_mean=True, eps=1e-8):
         "shift": {s: (None if s == right_shift else shift_desc[(shift_mean, s)]) for s in ("sub", "add", "none")},
         "eps_mode": {
             "in": None,
-            "out": "put eps outside the sqrt ((x - mean) / (std + eps)) or left it out; it belongs inside: sqrt(var + eps)",
+            "out": "put eps outside the sqrt ((x - mean) / (std + eps)) or left it out; it belongs inside: "
+            "sqrt(var + eps)",
         },
     }
     variants = []
@@ -121,7 +122,8 @@ def check_masked_whiten(fn):
         fn,
         x,
         mask,
-        "x=[[1,2,4,9,-5],[0.5,-1,3,6,6]], mask=[[T,T,T,F,F],[T,T,T,T,F]] (9 and -5 and the last 6 are padding), default shift_mean",
+        "x=[[1,2,4,9,-5],[0.5,-1,3,6,6]], mask=[[T,T,T,F,F],[T,T,T,T,F]] (9 and -5 and the last 6 are padding), "
+        "default shift_mean",
     )
     _check_whiten_case(fn, x, mask, "the same x and mask, shift_mean=True", shift_mean=True)
     # B: shift_mean=False on data whose mean is far from 0.
@@ -145,7 +147,8 @@ def check_masked_whiten(fn):
     got = call(fn, x, mask)
     if isinstance(got, torch.Tensor) and not torch.isfinite(got).all():
         raise CheckFailure(
-            f"whitened x contains NaN or inf on a constant input (x = 3 at every True entry). It looks like you {_FORGOT_EPS}.\n  got: {got.tolist()}"
+            f"whitened x contains NaN or inf on a constant input (x = 3 at every True entry). It looks like you "
+            f"{_FORGOT_EPS}.\n  got: {got.tolist()}"
         )
     _check_whiten_case(fn, x, mask, "constant x = 3 on the True entries (variance 0): the answer is all zeros")
     # E: a tiny spread, where eps sits matters (var = 1e-8, eps = 1e-8).
@@ -161,11 +164,13 @@ def check_masked_whiten(fn):
     if isinstance(got, torch.Tensor) and got.shape == x.shape:
         if torch.isnan(got[mask]).any():
             raise CheckFailure(
-                f"a NaN in a masked position made the True entries NaN. It looks like you {_NAN_POISON}.\n  got: {got.tolist()}"
+                f"a NaN in a masked position made the True entries NaN. It looks like you {_NAN_POISON}.\n  got: "
+                f"{got.tolist()}"
             )
         if torch.isnan(got[~mask]).any():
             raise CheckFailure(
-                f"the NaN from the padding came straight through: you left the masked entries non-zero (they must come back 0).\n  got: {got.tolist()}"
+                f"the NaN from the padding came straight through: you left the masked entries non-zero (they "
+                f"must come back 0).\n  got: {got.tolist()}"
             )
     _check_whiten_case(
         fn, x, mask, "x=[[1,2,nan],[4,nan,nan]], mask=[[T,T,F],[T,F,F]] (masked entries never matter, even NaN)"
@@ -188,14 +193,17 @@ def _mask_mistakes(ids, eos_token_id, pad_token_id):
     mistakes = {}
     if pad_token_id == eos_token_id:
         mistakes[
-            "used `ids != pad_token_id` only: with pad == EOS (what many tokenizers are set up to do) that drops the EOS the model really produced, so it never learns to stop"
+            "used `ids != pad_token_id` only: with pad == EOS (what many tokenizers are set up to do) that drops "
+            "the EOS the model really produced, so it never learns to stop"
         ] = not_pad
         mistakes[
-            "dropped the real EOS when pad == EOS: the `ids != pad_token_id` part of your mask also removes the EOS (an EOS counts even when it has the pad id)"
+            "dropped the real EOS when pad == EOS: the `ids != pad_token_id` part of your mask also removes the "
+            "EOS (an EOS counts even when it has the pad id)"
         ] = (eos_upto == 0) & not_pad
     else:
         mistakes[
-            "used `ids != pad_token_id` only: that counts whatever was generated after the first EOS (junk, a second EOS)"
+            "used `ids != pad_token_id` only: that counts whatever was generated after the first EOS (junk, a "
+            "second EOS)"
         ] = not_pad
     mistakes["excluded the EOS token itself (it is the model's action of stopping: it must count)"] = (
         eos_upto == 0
@@ -207,7 +215,8 @@ def _mask_mistakes(ids, eos_token_id, pad_token_id):
         eos_upto <= 1
     ) & (not_pad | is_eos)
     mistakes[
-        "found the first EOS with argmax without handling rows that have no EOS (argmax of an all-False row is 0, so such a row keeps only its first token)"
+        "found the first EOS with argmax without handling rows that have no EOS (argmax of an all-False row is "
+        "0, so such a row keeps only its first token)"
     ] = (pos <= first) & (not_pad | is_eos)
     mistakes[
         "found the first EOS with argmax without handling rows that have no EOS, and excluded the EOS token itself"

@@ -1,4 +1,5 @@
-"""Chapter 03 checkers: ``check_compute_gae`` (Exercise 3.1) and ``check_token_rewards`` (Exercise 3.2).
+"""Chapter 03 checkers: ``check_compute_gae`` (Exercise 3.1), ``check_token_rewards`` (Exercise 3.2) and
+``check_kl_penalty`` (Exercise 3.3).
 
 Each checker runs the learner's function on tiny hand-made cases and on random batches of rows of
 different lengths, and compares with ``ppo_core.gae``. When the output is wrong, it is compared with
@@ -9,10 +10,11 @@ failure message can say which mistake it was.
 import torch
 
 from ..gae import compute_gae, token_rewards
+from ..kl import kl_penalty
 from ..masking import masked_whiten
 from ._common import CheckFailure, _fmt, call, checker, expect_close
 
-__all__ = ["check_compute_gae", "check_token_rewards"]
+__all__ = ["check_compute_gae", "check_token_rewards", "check_kl_penalty"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,3 +350,101 @@ def check_token_rewards(fn):
         scores = torch.randn(B, generator=gen)
         kl = torch.randn(B, T, generator=gen).abs()
         _rewards_case(fn, scores, kl, mask, 0.02, f"random (B, T)=({B}, {T}), row lengths {lengths}, kl_coef=0.02")
+
+
+# --------------------------------------------------------------------------------------------
+# Per-token KL estimates.
+# --------------------------------------------------------------------------------------------
+def _kl_mistakes(logprobs, ref_logprobs, estimator):
+    """{description: what that mistake gives} for one estimator; order matters when two coincide."""
+    lp, ref = logprobs.double(), ref_logprobs.double()
+    log_ratio = lp - ref  # log pi - log pi_ref
+    k3_flipped = torch.expm1(log_ratio) - log_ratio  # rho = pi / pi_ref: the k3 of KL(pi_ref || pi)
+    probs = lp.exp() - ref.exp()
+    mistakes = {
+        "k1": {
+            "flipped the log-ratio (ref_logprobs - logprobs): on the policy's samples that is minus "
+            "KL(pi || pi_ref), a bonus for drifting away; k1 = logprobs - ref_logprobs": -log_ratio,
+            "used probabilities instead of log-probabilities (exp(logprobs) - exp(ref_logprobs)); k1 is the "
+            "log-ratio logprobs - ref_logprobs": probs,
+            "computed the ratio pi / pi_ref instead of its log; k1 = logprobs - ref_logprobs": log_ratio.exp(),
+        },
+        "k2": {
+            "forgot the 1/2 in k2 = (logprobs - ref_logprobs)**2 / 2": log_ratio**2,
+            "used probabilities instead of log-probabilities in k2; it is (logprobs - ref_logprobs)**2 / 2": 0.5
+            * probs**2,
+        },
+        "k3": {
+            "used rho = pi / pi_ref in k3 (the other direction, an estimate of KL(pi_ref || pi) that is biased on "
+            "the policy's samples); rho = pi_ref / pi = exp(ref_logprobs - logprobs)": k3_flipped,
+            "flipped the sign of log rho in k3: (rho - 1) + log rho; k3 = (rho - 1) - log rho with "
+            "log rho = ref_logprobs - logprobs": torch.expm1(-log_ratio) - log_ratio,
+            "negated k3 (it is never negative: (rho - 1) - log rho >= 0)": -(torch.expm1(-log_ratio) + log_ratio),
+            "returned k1 (the plain log-ratio) for k3; k3 = (rho - 1) - log rho with rho = exp(ref_logprobs - "
+            "logprobs)": log_ratio,
+            "used probabilities instead of log-probabilities in k3 (rho = exp(ref_logprobs) / exp(logprobs) "
+            "is right, but log rho must be ref_logprobs - logprobs)": torch.expm1(-log_ratio) - (ref.exp() - lp.exp()),
+        },
+    }[estimator]
+    return {desc: wrong.to(logprobs.dtype) for desc, wrong in mistakes.items()}
+
+
+def _kl_case(fn, logprobs, ref_logprobs, estimator, case):
+    inputs = (logprobs.clone(), ref_logprobs.clone())
+    got = call(fn, logprobs, ref_logprobs, estimator=estimator)
+    for before, after, name in zip(inputs, (logprobs, ref_logprobs), ("logprobs", "ref_logprobs")):
+        if not torch.equal(before, after):
+            raise CheckFailure(f"kl_penalty changed its input `{name}` in place; work on a new tensor. Case: {case}")
+    if not isinstance(got, torch.Tensor):
+        raise CheckFailure(f"kl_penalty should return one tensor of the inputs' shape; got {type(got).__name__}.")
+    want = kl_penalty(logprobs, ref_logprobs, estimator=estimator)
+    if got.shape != want.shape and got.numel() in (1, want.shape[0]):
+        raise CheckFailure(
+            f"kl_penalty({estimator!r}) returned shape {tuple(got.shape)} for inputs of shape {tuple(want.shape)}: "
+            "it reduced over tokens. Return one estimate per token; token_rewards and the trainer take the "
+            f"masked sums and means. Case: {case}"
+        )
+    _expect(
+        got,
+        want,
+        what=f"kl_penalty(..., estimator={estimator!r})",
+        case=case,
+        mistakes=lambda: _kl_mistakes(logprobs, ref_logprobs, estimator),
+    )
+
+
+@checker
+def check_kl_penalty(fn):
+    """Exercise 3.3: ``fn(logprobs, ref_logprobs, estimator="k1") -> (B, T)`` per-token estimates of
+    KL(pi || pi_ref), for the estimators "k1", "k2" and "k3"."""
+    logprobs = torch.tensor([[-0.5, -2.0, -1.0], [-0.1, -3.0, -0.7]])
+    ref_logprobs = torch.tensor([[-1.5, -1.0, -1.0], [-0.3, -0.5, -2.0]])
+    for estimator in ("k1", "k2", "k3"):
+        _kl_case(
+            fn,
+            logprobs,
+            ref_logprobs,
+            estimator,
+            "logprobs [[-0.5, -2, -1], [-0.1, -3, -0.7]], ref_logprobs [[-1.5, -1, -1], [-0.3, -0.5, -2]]",
+        )
+    gen = torch.Generator().manual_seed(3)
+    for B, T in [(1, 1), (4, 9)]:
+        logprobs = -torch.rand(B, T, generator=gen) * 4
+        ref_logprobs = logprobs + torch.randn(B, T, generator=gen)
+        for estimator in ("k1", "k2", "k3"):
+            _kl_case(fn, logprobs, ref_logprobs, estimator, f"random (B, T)=({B}, {T}), log-ratios ~ N(0, 1)")
+    # Float64 in, float64 out; a log-ratio of 1e-6 keeps its precision in k3 (about l**2 / 2 = 5e-13).
+    logprobs = torch.tensor([[-1.0, -2.0]], dtype=torch.float64)
+    tiny = logprobs - torch.tensor([[1e-6, -1e-6]], dtype=torch.float64)
+    got = call(fn, logprobs, tiny, estimator="k3")
+    if isinstance(got, torch.Tensor) and got.dtype != torch.float64:
+        raise CheckFailure(f"kl_penalty returned {got.dtype} for float64 inputs; keep the input dtype.")
+    expect_close(got, kl_penalty(logprobs, tiny, "k3"), what="k3 for log-ratios of 1e-6", atol=1e-15, rtol=1e-3)
+    try:
+        call(fn, logprobs, tiny, estimator="k4")
+    except ValueError:
+        return
+    raise CheckFailure(
+        "kl_penalty(..., estimator='k4') did not raise ValueError: an unknown estimator name must fail loudly "
+        "(raise ValueError naming k1, k2, k3) instead of returning something."
+    )

@@ -103,9 +103,8 @@ def _policy_mistakes(logprobs, old_logprobs, advantages, mask, clip_eps):
         "flipped the sign (returned the objective to maximise instead of the loss to minimise)": -mm(
             _surrogate(ratio, ratio_c, A)
         ),
-        "took min instead of max of the two loss terms (the optimistic bound; the loss must be the pessimistic max(-A*r, -A*clip(r)))": mm(
-            torch.minimum(-A * ratio, -A * ratio_c)
-        ),
+        "took min instead of max of the two loss terms (the optimistic bound; the loss must be the pessimistic "
+        "max(-A*r, -A*clip(r)))": mm(torch.minimum(-A * ratio, -A * ratio_c)),
         "clipped the advantages instead of the ratio": mm(torch.maximum(-A * ratio, -A.clamp(lo, hi) * ratio)),
         "clipped the advantages (to +-eps) instead of the ratio": mm(
             torch.maximum(-A * ratio, -A.clamp(-clip_eps, clip_eps) * ratio)
@@ -114,7 +113,8 @@ def _policy_mistakes(logprobs, old_logprobs, advantages, mask, clip_eps):
             _surrogate(ratio, torch.exp(log_ratio.clamp(-clip_eps, clip_eps)), A)
         ),
         "forgot the mask (took a plain mean over all tokens, padding included)": _surrogate(ratio, ratio_c, A).mean(),
-        "averaged over each sequence first, then over sequences (the contract is a mean over all response tokens)": per_row.mean(),
+        "averaged over each sequence first, then over sequences (the contract is a mean over all response "
+        "tokens)": per_row.mean(),
         "computed the ratio the wrong way round, old / new = exp(old_logprobs - logprobs)": mm(
             _surrogate(inv, inv.clamp(lo, hi), A)
         ),
@@ -147,9 +147,8 @@ def _policy_stat_mistakes(logprobs, old_logprobs, advantages, mask, clip_eps):
             "used k1, the mean of old_logprobs - logprobs (unbiased but noisy, and can be negative)": mm(-log_ratio),
             "used the mean of logprobs - old_logprobs (k1 with the sign flipped)": mm(log_ratio),
             "used k2 = 1/2 (log ratio)^2 instead of k3": mm(0.5 * log_ratio**2),
-            "used k3 with the ratio inverted, (old/new - 1) - log(old/new): with tokens sampled from pi_old that does not estimate KL(old || new)": mm(
-                torch.exp(-log_ratio) - 1 + log_ratio
-            ),
+            "used k3 with the ratio inverted, (old/new - 1) - log(old/new): with tokens sampled from pi_old that "
+            "does not estimate KL(old || new)": mm(torch.exp(-log_ratio) - 1 + log_ratio),
             "forgot the mask": ((ratio - 1) - log_ratio).mean(),
         },
         "ratio_mean": {
@@ -255,9 +254,8 @@ def check_value_loss(fn):
         err = (values - returns) ** 2
         err_c = (old_values + (values - old_values).clamp(-clip_eps, clip_eps) - returns) ** 2
         clip_mistakes = {
-            "counted every token with |V - V_old| > eps (the clipped error is the active one only when it is the larger)": masked_mean(
-                ((values - old_values).abs() > clip_eps).float(), mask
-            ),
+            "counted every token with |V - V_old| > eps (the clipped error is the active one only when it is the "
+            "larger)": masked_mean(((values - old_values).abs() > clip_eps).float(), mask),
             "forgot the mask": (err_c > err).float().mean(),
         }
         expect_close(

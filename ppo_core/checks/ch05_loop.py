@@ -6,9 +6,9 @@ minibatches whose old logprobs and values come from a *slightly perturbed copy* 
 ratio is not 1 and some tokens clip), and runs the learner's function and the package's
 ``minibatch_update`` from identical copies of the actor and of an AdamW optimizer, twice in a row.
 It compares the returned stats, the gradient that reached ``optimizer.step()`` and the parameters
-after the steps. The same comparison runs on deliberately wrong versions of the update (the package
-algorithm with one mistake each: no temperature, the off-by-one slice, ...), so that a wrong
-learner function is diagnosed by name.
+after the steps. The same comparison runs on deliberately wrong versions of the update (the package's
+own ``minibatch_update`` with one mistake injected each: no temperature, the off-by-one slice, ...),
+so that a wrong learner function is diagnosed by name, and every fix to the update reaches them.
 """
 
 import contextlib
@@ -16,26 +16,28 @@ import copy
 
 import torch
 
-from ..logprobs import logprobs_from_logits
-from ..losses import entropy_loss, policy_loss, value_loss
+from .. import update
+from ..logprobs import logprobs_from_logits, response_slice
+from ..losses import entropy_loss, policy_loss
 from ..masking import masked_whiten
 from ..model import ActorWithValueHead, position_ids_from_mask
-from ..update import RatioCheckError, minibatch_update
+from ..tasks.tiny import build_char_tokenizer, build_tiny_model
+from ..update import RatioCheckError
 from ._common import CheckFailure, NotImplementedYet, call, checker, expect_close
 
 __all__ = ["check_minibatch_update"]
 
 STAT_KEYS = (
-    "loss/policy",
-    "loss/value",
-    "loss/entropy",
+    "policy/loss",
+    "value/loss",
+    "policy/entropy_loss",
     "loss/total",
-    "params/policy_clipfrac",
-    "params/value_clipfrac",
-    "params/approx_kl",
-    "params/ratio_mean",
-    "params/entropy",
-    "params/grad_norm",
+    "policy/clipfrac",
+    "value/clipfrac",
+    "policy/approx_kl",
+    "policy/ratio_mean",
+    "policy/entropy",
+    "train/grad_norm",
 )
 """The stats every minibatch update must return (the trainer logs them; the dashboard plots some)."""
 
@@ -75,8 +77,6 @@ class _RecordingAdamW(torch.optim.AdamW):
 
 def _tiny_actor(arch: str, seed: int):
     """(actor, tokenizer): a ~10 k-parameter random LM with a value head whose weights are not zero."""
-    from ..tasks.tiny import build_char_tokenizer, build_tiny_model
-
     tokenizer = build_char_tokenizer("abcdefgh 0123456789=+#")
     if arch == "llama":
         size = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2)
@@ -118,7 +118,7 @@ def _minibatch(actor, old_actor, tokenizer, g, prompt_lens, resp_lens, T: int, t
             response_ids[b, n:] = pad
     input_ids = torch.cat([prompts, response_ids], dim=1)  # (B, P + T)
     attention_mask = torch.cat([(prompts != pad).long(), mask.long()], dim=1)  # (B, P + T)
-    keep = slice(P - 1, P + T - 1)
+    keep = response_slice(P, T)
     pos = position_ids_from_mask(attention_mask)
     with torch.no_grad():
         logits, values = old_actor(input_ids, attention_mask, pos, keep=keep)  # (B, T, V), (B, T)
@@ -148,97 +148,125 @@ def _minibatch(actor, old_actor, tokenizer, g, prompt_lens, resp_lens, T: int, t
 # ----------------------------------------------------------------------------------------------
 
 
-def _variant_loss(actor, mb, bug, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature):
-    """The package's ``ppo_loss``, written out, with the mistake ``bug`` (None: no mistake)."""
-    ids, attn = mb["input_ids"], mb["attention_mask"]
-    pos = position_ids_from_mask(attn)
-    if bug == "arange_positions":
-        pos = torch.arange(ids.shape[1]).expand_as(ids)
-    keep = mb["keep"]
-    if bug == "slice_off_by_one":
-        keep = slice(keep.start + 1, keep.stop + 1)
-    logits, values = actor(ids, attn, pos, keep=keep)  # (B, T, V), (B, T)
-    t_logprobs = 1.0 if bug in ("no_temperature", "no_temperature_logprobs") else temperature
-    t_entropy = 1.0 if bug in ("no_temperature", "no_temperature_entropy") else temperature
-    logprobs = logprobs_from_logits(logits, mb["response_ids"], t_logprobs)  # (B, T)
-    if bug == "old_logprobs":
-        logprobs = mb["old_logprobs"]
-    if bug == "detached":
-        logprobs = logprobs.detach()
-    mask = mb["mask"]
-    pg, pg_stats = policy_loss(logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps)
-    vf_eps = clip_eps if bug == "vf_clip_is_clip_eps" else vf_clip_eps
-    vf, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_eps)
-    ent, ent_stats = entropy_loss(logits, mask, t_entropy)
-    w_vf = {"no_vf_coef": 1.0, "no_value_loss": 0.0}.get(bug, vf_coef)
-    w_ent = {"entropy_sign": -ent_coef, "no_ent_coef": 1.0}.get(bug, ent_coef)
-    loss = pg + w_vf * vf + w_ent * ent
-    stats = {
-        "loss/policy": pg.item(),
-        "loss/value": vf.item(),
-        "loss/entropy": ent.item(),
-        "loss/total": loss.item(),
-        "params/policy_clipfrac": pg_stats["clipfrac"],
-        "params/value_clipfrac": vf_stats["clipfrac"],
-        "params/approx_kl": pg_stats["approx_kl"],
-        "params/ratio_mean": pg_stats["ratio_mean"],
-        "params/entropy": ent_stats["entropy"],
-    }
-    return loss, stats
+class _Optimizer:
+    """Wraps the optimizer a mistaken update is given: ``keep_grads`` ignores ``zero_grad``; ``norm_at_step``
+    records the gradient norm as ``step`` sees it (after clipping)."""
+
+    def __init__(self, optimizer, keep_grads: bool = False):
+        self.optimizer, self.keep_grads, self.norm_at_step = optimizer, keep_grads, None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if not self.keep_grads:
+            self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self):
+        grads = [p.grad.norm() for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
+        self.norm_at_step = float(torch.linalg.vector_norm(torch.stack(grads)))
+        return self.optimizer.step()
+
+
+@contextlib.contextmanager
+def _replaced(**functions):
+    """Replace functions that ``update.ppo_loss`` calls (only while the package's own update runs)."""
+    saved = {name: getattr(update, name) for name in functions}
+    for name, fn in functions.items():
+        setattr(update, name, fn)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(update, name, fn)
+
+
+_REPLACED = {
+    "no_temperature_logprobs": dict(
+        logprobs_from_logits=lambda logits, tokens, t: logprobs_from_logits(logits, tokens)
+    ),
+    "no_temperature_entropy": dict(entropy_loss=lambda logits, mask, t: entropy_loss(logits, mask, 1.0)),
+    "arange_positions": dict(position_ids_from_mask=lambda attn: torch.arange(attn.shape[1]).expand_as(attn)),
+    "old_logprobs": dict(policy_loss=lambda lp, old, adv, mask, eps: policy_loss(old, old, adv, mask, eps)),
+    "detached": dict(policy_loss=lambda lp, old, adv, mask, eps: policy_loss(lp.detach(), old, adv, mask, eps)),
+}
+"""Mistakes inside the loss: one of the functions ``ppo_loss`` calls, replaced by the mistaken version."""
 
 
 def _variant(bug: str | None):
-    """``minibatch_update`` with one deliberate mistake; ``_variant(None)`` is the package algorithm."""
+    """The package's ``minibatch_update`` (the real one) run with one deliberate mistake injected: a different
+    coefficient, a loss function that wraps ``ppo_loss``, a replaced piece of ``ppo_loss``, or an optimizer
+    that ignores ``zero_grad``. ``_variant(None)`` is the package algorithm."""
 
-    def update(actor, optimizer, mb, *, clip_eps=0.2, vf_clip_eps=0.2, vf_coef=0.1, ent_coef=0.0,
-               temperature=1.0, grad_accum_steps=1, max_grad_norm=1.0, ratio_tol=None):  # fmt: skip
-        k = grad_accum_steps
-        params = [p for p in actor.parameters() if p.requires_grad]
-        if bug != "no_zero_grad":
-            optimizer.zero_grad(set_to_none=True)
-        totals: dict = {}
-        for idx in (torch.arange(mb["input_ids"].shape[0])[i::k] for i in range(k)):
-            if bug == "zero_grad_in_loop":
-                optimizer.zero_grad(set_to_none=True)
-            part = {key: (v[idx] if torch.is_tensor(v) else v) for key, v in mb.items()}
-            loss, stats = _variant_loss(actor, part, bug, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature)
-            (loss if bug == "no_accum_divide" else loss / k).backward()
-            for key, v in stats.items():
-                totals[key] = totals.get(key, 0.0) + (v if bug == "summed_stats" else v / k)
-        if bug == "no_clip":
-            grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
-        else:
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    def update_with_mistake(actor, optimizer, mb, **kw):
+        k = kw.get("grad_accum_steps", 1)
+        kw = {**kw, **_coefficients(bug, kw)}
+
+        def loss_fn(actor, part, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature):
+            if bug == "zero_grad_in_loop":  # only the last micro-batch's gradient reaches the step
+                for p in actor.parameters():
+                    p.grad = None
+            if bug == "slice_off_by_one":
+                part = {**part, "keep": slice(part["keep"].start + 1, part["keep"].stop + 1)}
+            if bug == "no_temperature":
+                temperature = 1.0
+            loss, stats = update.ppo_loss(actor, part, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature)
+            if bug == "no_accum_divide":
+                loss = loss * k
+            if bug == "summed_stats":
+                stats = {key: v * k for key, v in stats.items()}
+            return loss, stats
+
+        wrapped = _Optimizer(optimizer, keep_grads=bug == "no_zero_grad")
+        with _replaced(**_REPLACED.get(bug, {})):
+            stats = update.minibatch_update(actor, wrapped, mb, **kw, loss_fn=loss_fn)
         if bug == "norm_after_clip":
-            grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
-        optimizer.step()
-        if bug != "no_zero_grad":
-            optimizer.zero_grad(set_to_none=True)
-        totals["params/grad_norm"] = float(grad_norm)
-        return totals
+            stats["train/grad_norm"] = wrapped.norm_at_step
+        return stats
 
-    return update
+    return update_with_mistake
+
+
+def _coefficients(bug, kw: dict) -> dict:
+    """The keyword arguments a mistake changes."""
+    return {
+        "entropy_sign": dict(ent_coef=-kw["ent_coef"]),
+        "no_vf_coef": dict(vf_coef=1.0),
+        "no_ent_coef": dict(ent_coef=1.0),
+        "no_value_loss": dict(vf_coef=0.0),
+        "vf_clip_is_clip_eps": dict(vf_clip_eps=kw["clip_eps"]),
+        "no_clip": dict(max_grad_norm=0.0),  # 0 = no clipping
+    }.get(bug, {})
 
 
 # Typical mistakes, most specific first: {bug flag: what the learner did}.
 MISTAKES = {
-    "no_temperature": "forgot the temperature (logprobs and entropy of softmax(logits) instead of softmax(logits / temperature))",
-    "no_temperature_logprobs": "forgot the temperature in the log-probs (the rollout's old_logprobs were taken at the sampling temperature, so the ratio is not 1 even before the first step)",
+    "no_temperature": "forgot the temperature (logprobs and entropy of softmax(logits) instead of softmax(logits "
+    "/ temperature))",
+    "no_temperature_logprobs": "forgot the temperature in the log-probs (the rollout's old_logprobs were taken "
+    "at the sampling temperature, so the ratio is not 1 even before the first step)",
     "no_temperature_entropy": "forgot the temperature in the entropy loss",
-    "slice_off_by_one": "took the outputs at [P : P+T] instead of [P-1 : P+T-1] (off by one: the output at position t predicts token t+1; use mb['keep'])",
-    "arange_positions": "passed position ids that count the left padding (e.g. torch.arange, or called the LM without the mask's positions); use position_ids_from_mask(attention_mask), as generate and the rollout's scoring do",
-    "old_logprobs": "used old_logprobs where the new logprobs belong (the ratio is 1 and the policy loss has no gradient: the language model moves only through the value and entropy terms)",
-    "detached": "detached the new logprobs (or computed them under torch.no_grad()): the policy loss sends no gradient, so the policy never learns from the advantages",
-    "entropy_sign": "flipped the sign of the entropy term (added ent_coef * H, which pushes the entropy down; entropy_loss already returns -H, so add + ent_coef * entropy_loss)",
+    "slice_off_by_one": "took the outputs at [P : P+T] instead of [P-1 : P+T-1] (off by one: the output at "
+    "position t predicts token t+1; use mb['keep'])",
+    "arange_positions": "passed position ids that count the left padding (e.g. torch.arange, or called the LM "
+    "without the mask's positions); use position_ids_from_mask(attention_mask), as generate and the rollout's "
+    "scoring do",
+    "old_logprobs": "used old_logprobs where the new logprobs belong (the ratio is 1 and the policy loss has no "
+    "gradient: the language model moves only through the value and entropy terms)",
+    "detached": "detached the new logprobs (or computed them under torch.no_grad()): the policy loss sends no "
+    "gradient, so the policy never learns from the advantages",
+    "entropy_sign": "flipped the sign of the entropy term (added ent_coef * H, which pushes the entropy down; "
+    "entropy_loss already returns -H, so add + ent_coef * entropy_loss)",
     "no_vf_coef": "forgot vf_coef (added the value loss with weight 1)",
     "no_ent_coef": "forgot ent_coef (added the entropy loss with weight 1)",
     "no_value_loss": "left the value loss out of the total loss (the value head never trains)",
     "vf_clip_is_clip_eps": "clipped the values with clip_eps instead of vf_clip_eps",
-    "no_accum_divide": "did not divide the loss by grad_accum_steps (the accumulated gradient is grad_accum_steps times too large)",
+    "no_accum_divide": "did not divide the loss by grad_accum_steps (the accumulated gradient is "
+    "grad_accum_steps times too large)",
     "summed_stats": "summed the stats over the micro-batches instead of averaging them",
-    "zero_grad_in_loop": "zeroed the gradients inside the micro-batch loop (only the last micro-batch's gradient reached the step)",
-    "no_zero_grad": "never zeroed the gradients: .grad accumulates across calls, so every step also re-applies the previous minibatches' gradients",
-    "norm_after_clip": "reported the gradient norm after clipping (report the norm clip_grad_norm_ returns: the norm before clipping)",
+    "zero_grad_in_loop": "zeroed the gradients inside the micro-batch loop (only the last micro-batch's gradient "
+    "reached the step)",
+    "no_zero_grad": "never zeroed the gradients: .grad accumulates across calls, so every step also re-applies "
+    "the previous minibatches' gradients",
+    "norm_after_clip": "reported the gradient norm after clipping (report the norm clip_grad_norm_ returns: the "
+    "norm before clipping)",
     "no_clip": "did not clip the gradient norm to max_grad_norm",
 }
 
@@ -254,7 +282,8 @@ def _validate_stats(out, call_no: int) -> dict:
     missing = [k for k in STAT_KEYS if k not in out]
     if missing:
         raise CheckFailure(
-            f"the stats dict lacks {missing}; the trainer logs {list(STAT_KEYS)} (same keys as ppo_core.update.minibatch_update)."
+            f"the stats dict lacks {missing}; the trainer logs {list(STAT_KEYS)} (same keys as "
+            "ppo_core.update.minibatch_update)."
         )
     for k in STAT_KEYS:
         if isinstance(out[k], torch.Tensor) or not isinstance(out[k], (int, float)):
@@ -322,12 +351,14 @@ def _compare(got: dict, want: dict, mistake_outcome, case: str, kw: dict) -> Non
         if n_got != n_want:
             per_micro = n_got == kw["grad_accum_steps"] > 1
             why = (
-                " It looks like you stepped once per micro-batch: accumulate the micro-batches' gradients, then step once."
+                " It looks like you stepped once per micro-batch: accumulate the micro-batches' gradients, then "
+                "step once."
                 if per_micro
                 else ""
             )
             raise CheckFailure(
-                f"optimizer.step() was called {n_got} time(s) in call {i}; a minibatch update steps the optimizer it is given exactly once.{why} Case: {case}"
+                f"optimizer.step() was called {n_got} time(s) in call {i}; a minibatch update steps the "
+                f"optimizer it is given exactly once.{why} Case: {case}"
             )
     if _full_match(got, want):
         return
@@ -364,7 +395,8 @@ _CASES = [
             grad_accum_steps=1,
             max_grad_norm=0.05,
         ),
-        about="GPT-2-shaped tiny model (absolute positions), B=4 left-padded rows of different lengths, temperature 0.7, "
+        about="GPT-2-shaped tiny model (absolute positions), B=4 left-padded rows of different lengths, "
+        "temperature 0.7, "
         "clip_eps 0.1, vf_clip_eps 0.3, vf_coef 0.25, ent_coef 0.05, max_grad_norm 0.05 (clipping active), two calls",
     ),
     dict(
@@ -416,7 +448,7 @@ def _outcome(i: int, bug) -> dict:
     """What the package's update (``bug`` None) or one of the mistakes does on case ``i`` (cached)."""
     actor, _, mbs, outcomes = _build_case(i)
     if bug not in outcomes:
-        fn = minibatch_update if bug is None else _variant(bug)
+        fn = update.minibatch_update if bug is None else _variant(bug)
         outcomes[bug] = _run(fn, actor, mbs, _CASES[i]["kw"], learner=False)
     return outcomes[bug]
 
@@ -432,11 +464,12 @@ def _check_ratio_tol(fn, actor, tokenizer, spec) -> None:
         stats = _validate_stats(call(fn, first, _RecordingAdamW(first.parameters(), lr=LR), _fresh(same), **kw), 1)
     except RatioCheckError as err:
         raise CheckFailure(
-            f"raised RatioCheckError although the ratio is 1 up to float error ({err}). Is the forward the same as the rollout's (temperature, slice, position ids)? Case: {case}"
+            f"raised RatioCheckError although the ratio is 1 up to float error ({err}). Is the forward the same "
+            f"as the rollout's (temperature, slice, position ids)? Case: {case}"
         ) from None
-    expect_close(stats["params/ratio_mean"], 1.0, what="stats['params/ratio_mean']", case=case, atol=1e-5)
-    expect_close(stats["params/policy_clipfrac"], 0.0, what="stats['params/policy_clipfrac']", case=case, atol=0)
-    expect_close(stats["params/approx_kl"], 0.0, what="stats['params/approx_kl']", case=case, atol=1e-6)
+    expect_close(stats["policy/ratio_mean"], 1.0, what="stats['policy/ratio_mean']", case=case, atol=1e-5)
+    expect_close(stats["policy/clipfrac"], 0.0, what="stats['policy/clipfrac']", case=case, atol=0)
+    expect_close(stats["policy/approx_kl"], 0.0, what="stats['policy/approx_kl']", case=case, atol=1e-6)
     old = _perturbed(actor, 0.08, g)
     moved = _minibatch(actor, old, tokenizer, g, spec["prompt_lens"], spec["resp_lens"], spec["T"], kw["temperature"])
     case = "old_logprobs from a different model, so |log ratio| is far above ratio_tol=1e-4"
@@ -449,10 +482,12 @@ def _check_ratio_tol(fn, actor, tokenizer, spec) -> None:
         raise
     except Exception as err:  # noqa: BLE001 - any other exception is the wrong kind
         raise CheckFailure(
-            f"raised {type(err).__name__} ({err}); raise ppo_core.update.RatioCheckError, which the trainer expects. Case: {case}"
+            f"raised {type(err).__name__} ({err}); raise ppo_core.update.RatioCheckError, which the trainer "
+            f"expects. Case: {case}"
         ) from None
     raise CheckFailure(
-        "ignored ratio_tol: when it is set and max |logprobs - old_logprobs| over the response tokens exceeds it, raise "
+        "ignored ratio_tol: when it is set and max |logprobs - old_logprobs| over the response tokens exceeds "
+        "it, raise "
         f"ppo_core.update.RatioCheckError (the trainer's check that the first update starts at ratio 1). Case: {case}"
     )
 

@@ -16,8 +16,9 @@ import os
 import shutil
 import signal
 import threading
-import time
 from pathlib import Path
+
+from ..utils import write_folder_atomically
 
 __all__ = [
     "STATE_FILE",
@@ -33,20 +34,40 @@ __all__ = [
 ]
 
 STATE_FILE = "trainer_state.pt"
-SAVE_PAUSE_ENV = "PPO_CORE_SAVE_PAUSE"
-"""Test hook: ``NAME:SECONDS`` sleeps after checkpoint NAME is fully written to its temporary folder and
-before the rename that publishes it, so a test can kill -9 the process at the worst moment of a save."""
 RUN_FILES = ("metrics.jsonl", "samples.jsonl", "summary.json", "dashboard.png", "effective_config.yaml", "tb")
 """What a run writes beside its checkpoints (removed with them when a run is started over)."""
-RESUMABLE_CHANGES = {"train." + k for k in ("steps", "resume", "output_dir", "progress", "tensorboard", "wandb",
-                     "wandb_project", "log_every", "save_every", "keep_last", "eval_every", "eval_samples",
-                     "num_threads", "overwrite", "max_skipped_steps", "check_ratio", "ratio_tol")} | {
-                     "warmstart.cache_dir"}  # fmt: skip
+RESUMABLE_CHANGES = {
+    "train." + k
+    for k in (
+        "steps",
+        "resume",
+        "output_dir",
+        "progress",
+        "tensorboard",
+        "wandb",
+        "wandb_project",
+        "log_every",
+        "save_every",
+        "keep_last",
+        "eval_every",
+        "eval_samples",
+        "num_threads",
+        "overwrite",
+        "max_skipped_steps",
+        "check_ratio",
+        "ratio_tol",
+    )
+} | {"warmstart.cache_dir"}
 """Settings a resumed run may change without leaving the trajectory of the run it continues."""
 
 
+def step_of_name(name: str) -> int | None:
+    """N for a folder named ``step_N``, else None."""
+    return int(name[5:]) if name.startswith("step_") and name[5:].isdigit() else None
+
+
 def _is_checkpoint_name(name: str) -> bool:
-    return name == "final" or (name.startswith("step_") and name[5:].isdigit())
+    return name == "final" or step_of_name(name) is not None
 
 
 def checkpoint_step(path) -> int | None:
@@ -54,8 +75,8 @@ def checkpoint_step(path) -> int | None:
     path = Path(path)
     if not (path / STATE_FILE).is_file():
         return None
-    if path.name.startswith("step_") and path.name[5:].isdigit():
-        return int(path.name[5:])
+    if step_of_name(path.name) is not None:
+        return step_of_name(path.name)
     try:
         return int(json.loads((path / "trainer_state.json").read_text())["step"])
     except (OSError, ValueError, KeyError):
@@ -81,29 +102,15 @@ def later_checkpoints(output_dir, step: int) -> list[Path]:
 
 def write_atomically(output_dir, name: str, write) -> Path:
     """Call ``write(tmp_folder)``, flush it to disk, then publish it as ``output_dir/name`` with a rename."""
-    out = Path(output_dir)
-    final, tmp = out / name, out / f".tmp-{name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    write(tmp)
-    hook = os.environ.get(SAVE_PAUSE_ENV, "").rpartition(":")
-    if hook[0] == name:
-        time.sleep(float(hook[2]))
-    _fsync_tree(tmp)
-    if final.exists():
-        old = out / f".old-{name}-{os.getpid()}"
-        os.replace(final, old)
-        os.replace(tmp, final)  # a kill between the two renames is undone by recover_interrupted_saves
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
-    _fsync(out)
-    return final
+    return write_folder_atomically(Path(output_dir) / name, write)
 
 
 def prune(output_dir, keep_last: int) -> None:
     """Delete all but the ``keep_last`` newest step_N checkpoints (final/ is never pruned)."""
-    steps = sorted((p for p in Path(output_dir).glob("step_*") if p.name[5:].isdigit()), key=lambda p: int(p.name[5:]))
+    steps = sorted(
+        (p for p in Path(output_dir).glob("step_*") if step_of_name(p.name) is not None),
+        key=lambda p: step_of_name(p.name),
+    )
     for old in steps[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -134,8 +141,12 @@ def config_changes(saved: dict | None, now: dict) -> list[str]:
     """'section.key (old -> new)' for every setting that differs and would change the trajectory."""
     if saved is None:
         return []
-    return [f"{s}.{k} ({saved[s][k]!r} -> {v!r})" for s, sec in now.items() for k, v in sec.items()
-            if f"{s}.{k}" not in RESUMABLE_CHANGES and k in saved.get(s, {}) and saved[s][k] != v]  # fmt: skip
+    return [
+        f"{s}.{k} ({saved[s][k]!r} -> {v!r})"
+        for s, sec in now.items()
+        for k, v in sec.items()
+        if f"{s}.{k}" not in RESUMABLE_CHANGES and k in saved.get(s, {}) and saved[s][k] != v
+    ]
 
 
 class StopOnSignal:
@@ -162,22 +173,6 @@ class StopOnSignal:
     def __exit__(self, *exc) -> None:
         for s, handler in self.previous.items():
             signal.signal(s, handler)
-
-
-def _fsync_tree(folder: Path) -> None:
-    """Flush every file of ``folder`` to disk, so a published checkpoint survives a power cut too."""
-    for path in folder.rglob("*"):
-        if path.is_file():
-            _fsync(path)
-    _fsync(folder)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -4,6 +4,10 @@
     python -m ppo_core.evaluate CHECKPOINT [--config ...] [key=value ...]   # evaluate_main
 
 With no arguments training runs the CPU default (offline: a tiny warm-started model on a synthetic task).
+
+This module imports neither torch nor the trainer at its top: each command first sets
+``OMP_WAIT_POLICY`` (``_passive_openmp``), which OpenMP reads once, when torch loads, and only then
+imports what loads torch.
 """
 
 import argparse
@@ -11,12 +15,10 @@ import contextlib
 import os
 import signal
 import sys
+import time
 import warnings
 
-# Busy-waiting OpenMP threads collapse on a shared 2-core machine (10-20x slower steps); must be set before torch loads.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-import time
-
+from .checkpoint import latest_checkpoint
 from .config import PRESETS, ConfigError, load_config
 
 __all__ = ["train_main", "evaluate_main", "EXIT_CODES"]
@@ -36,8 +38,15 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
+def _passive_openmp() -> None:
+    """Busy-waiting OpenMP threads collapse on a shared 2-core machine (10-20x slower steps): ask for passive
+    waiting, unless the user chose a policy. Must run before torch loads."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def train_main(argv=None) -> int:
     """Run training; returns the exit code (see EXIT_CODES). Every error is one line on stderr."""
+    _passive_openmp()
     args = parse_args(argv)
     with _terse_output():
         return _run(args)
@@ -51,7 +60,7 @@ def _run(args) -> int:
             from transformers.utils.logging import disable_progress_bar
 
             disable_progress_bar()
-        from ..trainer import PPOTrainer
+        from ..trainer import PPOTrainer  # loads torch: after _passive_openmp
 
         summary = PPOTrainer(cfg).train()
     except ConfigError as err:  # bad config, data, model path or device: nothing was written
@@ -75,18 +84,20 @@ def _run(args) -> int:
     if before is not None:
         print(f"held-out sampled accuracy: {before:.3f} -> {after:.3f} ({100 * (after - before):+.1f} points)")
         print(
-            f"held-out greedy accuracy:  {summary['before/greedy_accuracy']:.3f} -> {summary['after/greedy_accuracy']:.3f}"
+            f"held-out greedy accuracy:  {summary['before/greedy_accuracy']:.3f} -> "
+            f"{summary['after/greedy_accuracy']:.3f}"
         )
     else:
         print(f"held-out sampled accuracy after training: {after:.3f}")
-    if "last10/explained_variance" in summary:
-        print(f"critic explained variance, mean of the last 10 steps: {summary['last10/explained_variance']:.2f}")
+    if "last10/value/explained_variance" in summary:
+        print(f"critic explained variance, mean of the last 10 steps: {summary['last10/value/explained_variance']:.2f}")
     return 0
 
 
 @contextlib.contextmanager
 def _terse_output():
-    """Warnings as one 'warning: ...' line each, without the source line; put back afterwards (main may run in-process)."""
+    """Warnings as one 'warning: ...' line each, without the source line; put back afterwards (main may run
+    in-process)."""
     old_format, progress = warnings.formatwarning, None
     warnings.formatwarning = lambda message, category, *_, **__: f"warning: {message}\n"
     if "transformers" in sys.modules:
@@ -103,9 +114,13 @@ def _terse_output():
             enable_progress_bar()
 
 
-EXIT_CODES = {0: "done", 2: "bad input (config, data, model, device): nothing written",
-              3: "the run stopped with a diagnosis (NaN/inf, ratio check, out of memory); earlier checkpoints intact",
-              130: "stopped by SIGINT (Ctrl-C) after saving step_N", 143: "stopped by SIGTERM after saving step_N"}  # fmt: skip
+EXIT_CODES = {
+    0: "done",
+    2: "bad input (config, data, model, device): nothing written",
+    3: "the run stopped with a diagnosis (NaN/inf, ratio check, out of memory); earlier checkpoints intact",
+    130: "stopped by SIGINT (Ctrl-C) after saving step_N",
+    143: "stopped by SIGTERM after saving step_N",
+}
 OOM_HINT = (
     "lower rollout.generation_batch_size, ppo.minibatch_size (raise ppo.grad_accum_steps to keep the "
     "minibatch), rollout.max_new_tokens or data.max_prompt_len; or set model.gradient_checkpointing=true"
@@ -119,10 +134,9 @@ def _fail(message, code: int) -> int:
 
 def _diagnosis(err: Exception, output_dir: str) -> int | None:
     """Exit code 3 and one line for a run that stopped for a known reason; None for anything else (a bug)."""
-    import torch
+    import torch  # loaded by now; imported here so that importing this module loads no torch
 
     from ..update import RatioCheckError
-    from .checkpoint import latest_checkpoint
     from .guards import NonFiniteError
 
     if isinstance(err, (NonFiniteError, RatioCheckError)):
@@ -146,7 +160,8 @@ def evaluate_main(argv=None) -> int:
     )
     ap.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.eval_samples=200")
     args = ap.parse_args(argv)
-    from .evaluation import evaluate_checkpoint  # torch loads here, after OMP_WAIT_POLICY is set
+    _passive_openmp()
+    from .evaluation import evaluate_checkpoint  # loads torch: after _passive_openmp
 
     try:
         res = evaluate_checkpoint(args.checkpoint, args.config, args.overrides)
@@ -154,6 +169,7 @@ def evaluate_main(argv=None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(
-        f"held-out ({res['n']} problems): sampled accuracy {res['sampled_accuracy']:.3f}, greedy accuracy {res['greedy_accuracy']:.3f}"
+        f"held-out ({res['n']} problems): sampled accuracy {res['sampled_accuracy']:.3f}, greedy accuracy "
+        f"{res['greedy_accuracy']:.3f}"
     )
     return 0

@@ -15,7 +15,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 __all__ = ["Config", "load_config", "ConfigError", "PRESETS", "validate"]
 
-PRESETS = ("cpu", "cuda")
+PRESETS = ("cpu", "cuda", "cpu-grpo", "cpu-drgrpo", "cpu-rloo", "cpu-reinforcepp")
 
 
 @dataclass
@@ -69,13 +69,16 @@ class DataConfig:
 @dataclass
 class RolloutConfig:
     batch_size: int = 128
-    """Prompts sampled per PPO step (one rollout batch)."""
+    """Sequences (episodes) sampled per PPO step, one rollout batch: batch_size / group_size prompts x group_size."""
     max_new_tokens: int = 24
     """Response length limit T."""
     temperature: float = 1.0
     """Sampling temperature; the PPO logprobs use the same one."""
     generation_batch_size: int = 0
     """Prompts per generate call (0 = the whole rollout batch at once)."""
+    group_size: int = 1
+    """Samples per prompt G (chapter 07): each step draws batch_size / G prompts and samples each G times, so
+    batch_size stays the number of episodes per step. algo.adv_estimator grpo and rloo need G >= 2."""
 
 
 @dataclass
@@ -111,23 +114,27 @@ class PPOConfig:
     1.0 gives Monte-Carlo targets, the sum of the rewards still to come: unbiased, and independent of the
     critic's own (at first meaningless) values; a lambda below 1 bootstraps from them. VC-PPO
     (arXiv 2503.01491) decouples the two. The cpu and cuda presets set 1.0 (benchmarks/critic.py: with ppo.value_lr it
-    lifted the cpu run's last-10-step explained variance from -0.27/-0.16/-0.09 to -0.02/-0.02/+0.01 on seeds 0-2)."""
+    lifted the cpu run's last-10-step explained variance from -0.27/-0.16/-0.09 to -0.02/-0.02/+0.01 on seeds 0-2).
+    Ignored without a critic (algo.adv_estimator other than gae: there are no targets to fit)."""
     lam_policy_alpha: float = 0.0
     """VAPO's length-adaptive policy lambda (arXiv 2504.05118): when > 0, each response of length l gets
     lam = 1 - 1/(alpha * l) for its advantages instead of ppo.lam (VAPO uses alpha = 0.05). 0 = off. The token-0
     credit is then lam^(l-1) ~ exp(-1/alpha) whatever the length, so VAPO's 0.05 leaves the early tokens to the
-    critic; neither preset uses it (unmeasured here)."""
+    critic; neither preset uses it (unmeasured here). Ignored without a critic (the critic-free advantages of
+    algo.adv_estimator use no lambda)."""
     value_lr: float = 0.0
     """Learning rate of the value head in its own optimizer parameter group (0 = ppo.lr, one group for all).
     The head is a freshly initialised linear layer on a pretrained trunk: it can take far larger steps than
     the trunk, and with ppo.lr alone (1e-6 for a real model) it cannot follow the returns as the policy moves.
-    The presets set 10x ppo.lr, the best ratio measured on the cpu preset (benchmarks/critic.py)."""
+    The presets set 10x ppo.lr, the best ratio measured on the cpu preset (benchmarks/critic.py). Ignored without
+    a critic (algo.adv_estimator other than gae builds no value head: one group at ppo.lr)."""
     value_warmup_steps: int = 0
     """Steps at the start of the run that fit only the value head, on rollouts of the frozen starting policy
     (VC-PPO's value pretraining): the policy and the KL controller do not move. Counted in addition to
     train.steps; they take the first prompt batches and are logged as steps 1..N (with value/warmup = 1).
     Off in both presets: 5 warm-up steps did not raise the cpu run's explained variance, and 10 gave the long-answer
-    task's first token no credit (benchmarks/critic.py)."""
+    task's first token no credit (benchmarks/critic.py). Needs a critic: config.validate refuses it > 0 with
+    algo.adv_estimator other than gae."""
     kl_coef: float = 0.02
     """Weight of the per-token KL penalty in the reward (initial value if adaptive)."""
     kl_estimator: str = "k1"
@@ -140,6 +147,34 @@ class PPOConfig:
     """Adaptive controller horizon, in sequences."""
     whiten_advantages: bool = True
     """Normalise advantages over the whole batch."""
+
+
+@dataclass
+class AlgoConfig:
+    """Which member of the PPO family runs (chapter 07). The defaults are PPO as chapters 03-05 build it;
+    the presets cpu-grpo, cpu-drgrpo, cpu-rloo and cpu-reinforcepp change a few of these (names as in veRL)."""
+
+    adv_estimator: str = "gae"
+    """'gae': a learned critic (the value head) and GAE, PPO (Schulman et al. 2017); 'grpo': score minus the mean
+    of the prompt's group of rollout.group_size samples, over the group's std (Shao et al. 2024, DeepSeekMath);
+    'rloo': score minus the mean of the prompt's other samples (Ahmadian et al. 2024); 'reinforce_plus_plus':
+    the discounted return of the KL-penalised reward, whitened over the batch (Hu 2025, REINFORCE++). All but
+    'gae' build no value head and train no critic."""
+    norm_adv_by_std_in_grpo: bool = True
+    """grpo: divide by the group's std (GRPO); false keeps score minus group mean (Dr. GRPO, Liu et al. 2025,
+    "Understanding R1-Zero-Like Training")."""
+    use_kl_in_reward: bool = True
+    """Put -ppo.kl_coef * KL (ppo.kl_estimator) in every token's reward, as PPO for RLHF does (Ziegler et al. 2019)."""
+    use_kl_loss: bool = False
+    """Add kl_loss_coef * KL (kl_loss_type) to the policy loss instead, as GRPO does (Shao et al. 2024)."""
+    kl_loss_coef: float = 0.04
+    """Weight of the KL loss term (GRPO's beta; 0.04 in DeepSeekMath)."""
+    kl_loss_type: str = "k3"
+    """KL estimator differentiated in the loss: k3 (GRPO's; its gradient is that of KL(pi_ref || pi)), k2 (its
+    gradient is exactly that of KL(pi || pi_ref)) or k1 (no gradient in expectation). Chapter 07 shows all three."""
+    loss_agg_mode: str = "token-mean"
+    """How per-token policy losses are averaged: token-mean (PPO), seq-mean-token-mean (GRPO) or
+    seq-mean-token-sum-norm (sum over tokens / (sequences x rollout.max_new_tokens); Dr. GRPO, Liu et al. 2025)."""
 
 
 @dataclass
@@ -178,10 +213,25 @@ class TrainConfig:
     """Assert the ratio is 1 (within ratio_tol) on the first minibatch of the first epoch."""
     ratio_tol: float = 1e-4
     """Tolerance of that check."""
+    fast_paths: bool = True
+    """Speed paths with the same numbers up to float rounding (run/fastpaths.py): scoring reuses generate's
+    prompt cache, a large float32 training forward runs the prompt apart. false: only the plain forwards."""
     num_threads: int = 0
     """torch CPU threads (0 = torch's default)."""
     progress: bool = True
     """Show a tqdm progress bar."""
+
+
+@dataclass
+class RewardConfig:
+    """Where the sequence score comes from (chapter 06): the task's rule, or a learned reward model."""
+
+    type: str = "rule"
+    """'rule': the task's reward (chapter 05); 'model': a reward model trained by python -m ppo_core.train_rm."""
+    path: str = ""
+    """With type=model: the reward model's folder (e.g. outputs/rm/final); frozen, scores normalised."""
+    gold_length_coef: float = 0.05
+    """With type=model on the synthetic task: the length charge of the gold reward logged as rollout/gold_reward."""
 
 
 @dataclass
@@ -191,7 +241,9 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
 
 
 class ConfigError(ValueError):
@@ -208,10 +260,22 @@ def _all_keys(node, prefix="") -> list[str]:
 
 
 # Names other PPO code bases use for our keys (TRL, CleanRL, Stable-Baselines3), so their users get a hint.
-ALIASES = {"learning_rate": "lr", "cliprange": "clip_eps", "clip_range": "clip_eps", "clip_coef": "clip_eps",
-           "cliprange_value": "vf_clip_eps", "gae_lambda": "lam", "lambda": "lam", "init_kl_coef": "kl_coef",
-           "mini_batch_size": "minibatch_size", "num_ppo_epochs": "ppo_epochs", "update_epochs": "ppo_epochs",
-           "target_kl": "kl_target", "response_length": "max_new_tokens", "total_steps": "steps"}  # fmt: skip
+ALIASES = {
+    "learning_rate": "lr",
+    "cliprange": "clip_eps",
+    "clip_range": "clip_eps",
+    "clip_coef": "clip_eps",
+    "cliprange_value": "vf_clip_eps",
+    "gae_lambda": "lam",
+    "lambda": "lam",
+    "init_kl_coef": "kl_coef",
+    "mini_batch_size": "minibatch_size",
+    "num_ppo_epochs": "ppo_epochs",
+    "update_epochs": "ppo_epochs",
+    "target_kl": "kl_target",
+    "response_length": "max_new_tokens",
+    "total_steps": "steps",
+}
 
 
 def _did_you_mean(key: str, valid: list[str]) -> str:
@@ -289,9 +353,27 @@ def _check(cond: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
+def _one_of(value, choices, key: str) -> None:
+    words = [str(c) for c in choices]
+    _check(value in choices, f"{key} must be {', '.join(words[:-1])} or {words[-1]}, got {value!r}")
+
+
 def validate(c: Config) -> None:
     """Ranges and consistency that types alone cannot express."""
+    # the choice lists live with the code that uses them; imported here, not at the top, so that loading a
+    # config (the CLI's first act) does not import torch before the CLI has set OMP_WAIT_POLICY
+    from ..kl import KL_ESTIMATORS
+    from ..tasks.data import PROMPT_STYLES
+    from .setup import DEVICES, DTYPES, OPTIMIZERS, TASKS
+
     p, r = c.ppo, c.rollout
+    _check(c.reward.type in ("rule", "model"), f"reward.type must be rule or model, got {c.reward.type!r}")
+    if c.reward.type == "model":
+        _check(
+            (Path(c.reward.path).expanduser() / "config.json").is_file(),
+            f"reward.type=model needs reward.path, a reward-model folder (train one with python -m ppo_core.train_rm"
+            f" and pass its final/); {c.reward.path or 'no path'!r} holds no config.json",
+        )
     _check(p.clip_eps > 0, f"ppo.clip_eps must be > 0, got {p.clip_eps}")
     _check(p.vf_clip_eps > 0, f"ppo.vf_clip_eps must be > 0, got {p.vf_clip_eps}")
     _check(0 <= p.lam <= 1, f"ppo.lam must be in [0, 1], got {p.lam}")
@@ -307,8 +389,8 @@ def validate(c: Config) -> None:
     _check(p.kl_coef >= 0, f"ppo.kl_coef must be >= 0, got {p.kl_coef}")
     _check(p.vf_coef >= 0 and p.ent_coef >= 0, "ppo.vf_coef and ppo.ent_coef must be >= 0")
     _check(p.ppo_epochs >= 1, f"ppo.ppo_epochs must be >= 1, got {p.ppo_epochs}")
-    _check(p.kl_estimator in ("k1", "k2", "k3"), f"ppo.kl_estimator must be k1, k2 or k3, got {p.kl_estimator!r}")
-    _check(p.optimizer in ("adamw", "adamw8bit"), f"ppo.optimizer must be adamw or adamw8bit, got {p.optimizer!r}")
+    _one_of(p.kl_estimator, KL_ESTIMATORS, "ppo.kl_estimator")
+    _one_of(p.optimizer, OPTIMIZERS, "ppo.optimizer")
     _check(r.temperature > 0, f"rollout.temperature must be > 0, got {r.temperature}")
     _check(r.max_new_tokens >= 1, f"rollout.max_new_tokens must be >= 1, got {r.max_new_tokens}")
     _check(r.batch_size >= 1 and p.minibatch_size >= 1, "rollout.batch_size and ppo.minibatch_size must be >= 1")
@@ -320,25 +402,17 @@ def validate(c: Config) -> None:
         p.grad_accum_steps >= 1 and p.minibatch_size % p.grad_accum_steps == 0,
         f"ppo.minibatch_size ({p.minibatch_size}) must be a multiple of ppo.grad_accum_steps ({p.grad_accum_steps})",
     )
-    _check(
-        c.model.dtype in ("float32", "bfloat16", "float16"),
-        f"model.dtype must be float32, bfloat16 or float16, got {c.model.dtype!r}",
-    )
-    _check(c.model.device in ("auto", "cpu", "cuda"), f"model.device must be auto, cpu or cuda, got {c.model.device!r}")
-    _check(
-        c.data.task in ("synthetic", "long_synthetic", "gsm8k"),
-        f"data.task must be synthetic, long_synthetic or gsm8k, got {c.data.task!r}",
-    )
-    _check(
-        c.data.prompt_style in ("plain", "chat"),
-        f"data.prompt_style must be plain or chat, got {c.data.prompt_style!r}",
-    )
+    _one_of(c.model.dtype, tuple(DTYPES), "model.dtype")
+    _one_of(c.model.device, DEVICES, "model.device")
+    _one_of(c.data.task, TASKS, "data.task")
+    _one_of(c.data.prompt_style, PROMPT_STYLES, "data.prompt_style")
     _check(c.data.max_prompt_len >= 1, f"data.max_prompt_len must be >= 1, got {c.data.max_prompt_len}")
     _check(c.data.n_train >= 1 and c.data.n_test >= 1, "data.n_train and data.n_test must be >= 1")
     _check(r.generation_batch_size >= 0, f"rollout.generation_batch_size must be >= 0, got {r.generation_batch_size}")
     _check(p.max_grad_norm >= 0, f"ppo.max_grad_norm must be >= 0 (0 = no clipping), got {p.max_grad_norm}")
     _check(p.weight_decay >= 0, f"ppo.weight_decay must be >= 0, got {p.weight_decay}")
     _check(p.kl_target > 0 and p.kl_horizon >= 1, "ppo.kl_target must be > 0 and ppo.kl_horizon >= 1")
+    _validate_algo(c)
     t = c.train
     _check(t.steps >= 0, f"train.steps must be >= 0, got {t.steps}")
     _check(t.keep_last >= 1, f"train.keep_last must be >= 1, got {t.keep_last}")
@@ -347,4 +421,35 @@ def validate(c: Config) -> None:
         _check(getattr(t, key) >= 0, f"train.{key} must be >= 0, got {getattr(t, key)}")
     _check(
         0 <= c.warmstart.answer_noise <= 1, f"warmstart.answer_noise must be in [0, 1], got {c.warmstart.answer_noise}"
+    )
+
+
+def _validate_algo(c: Config) -> None:
+    """The chapter 07 switches: known names, and groups that fit the batch."""
+    from ..advantages import ADV_ESTIMATORS
+    from ..kl import KL_ESTIMATORS
+    from ..losses import LOSS_AGG_MODES
+    from .setup import uses_critic
+
+    a, r = c.algo, c.rollout
+    for key, value, allowed in (
+        ("adv_estimator", a.adv_estimator, ADV_ESTIMATORS),
+        ("kl_loss_type", a.kl_loss_type, KL_ESTIMATORS),
+        ("loss_agg_mode", a.loss_agg_mode, LOSS_AGG_MODES),
+    ):
+        _check(value in allowed, f"algo.{key} must be one of {', '.join(allowed)}, got {value!r}")
+    _check(a.kl_loss_coef >= 0, f"algo.kl_loss_coef must be >= 0, got {a.kl_loss_coef}")
+    _check(
+        uses_critic(c) or c.ppo.value_warmup_steps == 0,
+        f"ppo.value_warmup_steps={c.ppo.value_warmup_steps} fits a critic, but algo.adv_estimator={a.adv_estimator} "
+        "has none: set ppo.value_warmup_steps=0 (or algo.adv_estimator=gae)",
+    )
+    _check(r.group_size >= 1, f"rollout.group_size must be >= 1, got {r.group_size}")
+    _check(
+        a.adv_estimator not in ("grpo", "rloo") or r.group_size >= 2,
+        f"algo.adv_estimator={a.adv_estimator} compares samples of the same prompt: set rollout.group_size >= 2",
+    )
+    _check(
+        r.batch_size % r.group_size == 0,
+        f"rollout.batch_size ({r.batch_size}) must be a multiple of rollout.group_size ({r.group_size})",
     )

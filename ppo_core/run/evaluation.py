@@ -6,51 +6,46 @@ Greedy and sampled accuracy on the held-out split of the run's task (the run's c
 
 from pathlib import Path
 
-import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ..rollout import complete
+from ..tasks import rewards
+from ..tasks.data import build_prompt
+from ..tasks.rewards import is_correct
 from .config import load_config
+from .precision import DTYPES
+from .setup import fit_prompt_len, load_task, resolve_device
 
 __all__ = ["accuracy", "evaluate_checkpoint"]
 
 
-def accuracy(lm, tokenizer, records: list[dict], cfg, greedy: bool = False, correct_fn=None) -> float:
+def accuracy(lm, tokenizer, records: list[dict], cfg, greedy: bool = False, correct_fn=is_correct) -> float:
     """Share of ``records`` answered correctly: greedy, or sampled at ``cfg.rollout.temperature``.
 
-    Seeded from ``cfg.train.seed`` inside a forked RNG, so evaluating never shifts a run's randomness.
+    Seeded from ``cfg.train.seed`` inside a forked RNG, so evaluating never shifts a run's randomness:
+    the fork saves and restores the CPU generator and, for a model on a GPU, that GPU's generator, and
+    only those two are seeded (``torch.manual_seed`` would reseed every GPU, which the fork would not
+    restore). Runs in the compute dtype ``cfg.model.dtype`` (autocast).
     """
-    from ..rollout import sample
-    from ..tasks.data import build_prompt
-    from ..tasks.rewards import is_correct
-
-    correct_fn = correct_fn or is_correct
-    was_training = lm.training
-    lm.eval()
+    prompts = [build_prompt(r["question"], tokenizer, cfg.data.prompt_style) for r in records]
+    temperature = None if greedy else cfg.rollout.temperature
     bs = cfg.rollout.generation_batch_size or cfg.rollout.batch_size
-    hits = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.train.seed + 12345)
-        for i in range(0, len(records), bs):
-            chunk = records[i : i + bs]
-            prompts = [build_prompt(r["question"], tokenizer, cfg.data.prompt_style) for r in chunk]
-            ro = sample(
-                lm,
-                tokenizer,
-                prompts,
-                cfg.rollout.max_new_tokens,
-                None if greedy else cfg.rollout.temperature,
-                cfg.data.max_prompt_len,
-            )
-            hits += [correct_fn(c, r["answer"]) for c, r in zip(ro.completions, chunk)]
-    lm.train(was_training)
-    return sum(hits) / len(hits) if hits else 0.0
+    texts = complete(
+        lm,
+        tokenizer,
+        prompts,
+        cfg.rollout.max_new_tokens,
+        temperature,
+        cfg.data.max_prompt_len,
+        bs,
+        seed=cfg.train.seed + 12345,
+        dtype=DTYPES[cfg.model.dtype],
+    )
+    return rewards.accuracy(texts, records, correct_fn or is_correct)
 
 
 def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> dict:
     """Load a step_N/final folder and return its held-out sampled and greedy accuracy."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .setup import fit_prompt_len, load_task
-
     ckpt = Path(checkpoint)
     if not (ckpt / "config.json").is_file():
         raise FileNotFoundError(f"{ckpt} is not a checkpoint folder (no config.json); pass a step_N or final folder")
@@ -60,7 +55,8 @@ def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> 
     cfg = load_config(preset, list(overrides))
     _, test, _, correct_fn = load_task(cfg)
     test = test[: cfg.train.eval_samples]
-    lm = AutoModelForCausalLM.from_pretrained(ckpt)
+    device = resolve_device(cfg.model.device)
+    lm = AutoModelForCausalLM.from_pretrained(ckpt, dtype=DTYPES[cfg.model.dtype]).to(device)  # the run's own
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
     fit_prompt_len(cfg, lm)
     return {

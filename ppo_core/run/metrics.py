@@ -1,20 +1,25 @@
 """Chapter 05 - what a run writes: a JSONL metrics log, TensorBoard events, samples and a dashboard."""
 
 import json
-import os
+import math
 from pathlib import Path
 
-__all__ = ["MetricsLogger", "plot_dashboard", "read_metrics", "DASHBOARD_KEYS"]
+import matplotlib.pyplot as plt
+
+from ..masking import masked_var
+from ..utils import write_text_atomically
+
+__all__ = ["MetricsLogger", "plot_dashboard", "read_metrics", "explained_variance", "last_mean", "DASHBOARD_KEYS"]
 
 DASHBOARD_KEYS = (
     "rollout/reward_mean",
     "rollout/correct_rate",
-    "params/kl_to_ref",
-    "params/approx_kl",
-    "params/policy_clipfrac",
+    "kl/to_ref",
+    "policy/approx_kl",
+    "policy/clipfrac",
     "rollout/response_length",
-    "params/entropy",
-    "params/explained_variance",
+    "policy/entropy",
+    "value/explained_variance",
 )
 
 
@@ -49,12 +54,11 @@ class MetricsLogger:
                     for line in path.read_text().splitlines()
                     if _step_of(line) is not None and _step_of(line) <= step
                 ]
-                tmp = path.with_name(path.name + ".tmp")
-                tmp.write_text("".join(line + "\n" for line in keep))
-                os.replace(tmp, path)
+                write_text_atomically(path, "".join(line + "\n" for line in keep))
 
     def log(self, step: int, metrics: dict) -> None:
-        """Append one line and close the file: the line reaches the OS now, so even a kill -9 loses at most the next step."""
+        """Append one line and close the file: the line reaches the OS now, so even a kill -9 loses at most the
+        next step."""
         record = {"step": step, **{k: float(v) for k, v in metrics.items()}}
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
@@ -100,8 +104,6 @@ def read_metrics(path) -> list[dict]:
 
 def plot_dashboard(records: list[dict], path=None, keys=DASHBOARD_KEYS):
     """A grid of the main curves against the step; saved as PNG if ``path`` is given. Returns the figure."""
-    import matplotlib.pyplot as plt
-
     keys = [k for k in keys if any(k in r for r in records)]
     cols = 4
     rows = max(1, -(-len(keys) // cols))
@@ -111,8 +113,8 @@ def plot_dashboard(records: list[dict], path=None, keys=DASHBOARD_KEYS):
         ax.plot([s for s, _ in pts], [v for _, v in pts], marker=".", lw=1)
         title = key
         if key.endswith("explained_variance"):  # the critic's health in one number: the mean of the last 10 steps
-            last = [v for r in records if key in r and not r.get("value/warmup") for v in [r[key]] if v == v][-10:]
-            title += f"\nlast 10 steps: {sum(last) / len(last):.2f}" if last else ""
+            last = last_mean(records, key)
+            title += f"\nlast 10 steps: {last:.2f}" if math.isfinite(last) else ""
             if any(r.get("value/warmup") for r in records):
                 ax.axvspan(0.5, max(r["step"] for r in records if r.get("value/warmup")) + 0.5, color="0.9")
         ax.set_title(title, fontsize=9)
@@ -125,3 +127,16 @@ def plot_dashboard(records: list[dict], path=None, keys=DASHBOARD_KEYS):
     if path is not None:
         fig.savefig(path, dpi=90)
     return fig
+
+
+def explained_variance(values, returns, mask) -> float:
+    """1 - Var[R - V] / Var[R] over response tokens: 1 = perfect critic, 0 = no better than a constant."""
+    var_r = masked_var(returns, mask).item()
+    return float("nan") if var_r == 0 else 1.0 - masked_var(returns - values, mask).item() / var_r
+
+
+def last_mean(records: list[dict], key: str, n: int = 10) -> float:
+    """Mean of ``key`` over the last ``n`` PPO steps of a metrics log (value warm-up steps and NaN left out); NaN
+    if the log has none."""
+    vals = [r[key] for r in records if key in r and not r.get("value/warmup") and math.isfinite(r[key])]
+    return sum(vals[-n:]) / len(vals[-n:]) if vals else float("nan")

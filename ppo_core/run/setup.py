@@ -7,27 +7,48 @@ are repaired with a warning instead: a tokenizer without a pad token distinct fr
 """
 
 import functools
-import os
+import random
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ..kl import AdaptiveKLController, FixedKLController
 from ..model import ActorWithValueHead, make_reference
+from ..tasks.data import load_gsm8k
+from ..tasks.long_synthetic import make_long_task, warm_start_long
+from ..tasks.rewards import gsm8k_reward, is_correct
+from ..tasks.synthetic import make_synthetic_task
+from ..tasks.warmstart import warm_start
+from ..update import ppo_loss
+from ..utils import hub_offline, hub_unreachable
 from .config import Config, ConfigError
+from .precision import DTYPES
 
 __all__ = [
     "resolve_device",
+    "load_reward_model",
     "load_task",
     "load_models",
     "build_optimizer",
     "param_groups",
     "fit_prompt_len",
     "model_context",
+    "uses_critic",
     "DTYPES",
+    "DEVICES",
+    "TASKS",
+    "OPTIMIZERS",
+    "seed_everything",
+    "build_kl_controller",
 ]
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEVICES = ("auto", "cpu", "cuda")
+TASKS = ("synthetic", "long_synthetic", "gsm8k")
+OPTIMIZERS = ("adamw", "adamw8bit")
+"""The choices of model.device, data.task and ppo.optimizer (``config.validate`` checks against them)."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -40,20 +61,12 @@ def resolve_device(device: str) -> torch.device:
 
 def load_task(cfg: Config):
     """(train records, test records, reward_fn, correct_fn); records are {'question', 'answer'} dicts."""
-    from ..tasks.rewards import gsm8k_reward, is_correct
-
     d = cfg.data
     if d.task == "synthetic":
-        from ..tasks.synthetic import make_synthetic_task
-
         train, test = make_synthetic_task(seed=cfg.train.seed, n_train=d.n_train, n_test=d.n_test)
     elif d.task == "long_synthetic":
-        from ..tasks.long_synthetic import make_long_task
-
         train, test = make_long_task(seed=cfg.train.seed, n_train=d.n_train, n_test=d.n_test)
     else:
-        from ..tasks.data import load_gsm8k
-
         try:
             train = load_gsm8k(d.source, split="train")
             test = load_gsm8k(d.source, split="test", limit=d.n_test)
@@ -62,18 +75,15 @@ def load_task(cfg: Config):
         if Path(d.source).expanduser().is_file():
             warnings.warn(
                 f"data.source={d.source} is one file: the held-out evaluation reuses training records; "
-                "pass a folder holding train.jsonl and test.jsonl for a real held-out split"
+                "pass a folder holding train.jsonl and test.jsonl for a real held-out split",
+                stacklevel=2,
             )
     return train, test, gsm8k_reward, is_correct
 
 
 def _warm_started_tiny(cfg: Config) -> Path:
-    from ..tasks.warmstart import warm_start
-
     w = cfg.warmstart
     if cfg.data.task == "long_synthetic":  # its own cached warm start, on the long solutions
-        from ..tasks.long_synthetic import warm_start_long
-
         return warm_start_long(Path(w.cache_dir).expanduser(), seed=cfg.train.seed, steps=w.steps,
                                batch_size=w.batch_size, lr=w.lr, answer_noise=w.answer_noise, n_train=cfg.data.n_train,
                                n_test=cfg.data.n_test, progress=cfg.train.progress)  # fmt: skip
@@ -91,14 +101,14 @@ def _warm_started_tiny(cfg: Config) -> Path:
 
 
 def _load_tokenizer(path: str):
-    from transformers import AutoTokenizer
-
     tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
     if tok.pad_token_id is None or tok.pad_token_id == tok.eos_token_id:
         tok.add_special_tokens({"pad_token": "<|ppo_pad|>"})
         warnings.warn(
-            f"the tokenizer of {path} had no pad token distinct from EOS; added '<|ppo_pad|>' (pad must differ from EOS, see chapter 02)"
+            f"the tokenizer of {path} had no pad token distinct from EOS; added '<|ppo_pad|>' (pad must differ "
+            "from EOS, see chapter 02)",
+            stacklevel=2,
         )
     return tok
 
@@ -111,27 +121,23 @@ def _hub_error(path: str, err: Exception) -> ConfigError:
         return ConfigError(
             f"model.name_or_path={path}: no such folder; pass a folder written by save_pretrained, or a hub id"
         )
-    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
-    why = (
-        "the Hugging Face Hub is unreachable (HF_HUB_OFFLINE=1)"
-        if offline
-        else "the Hugging Face Hub is unreachable or has no such model"
-    )
-    return ConfigError(
-        f"cannot load model {path!r}: {why} and it is not in the local cache; on a machine with network run "
-        f"`hf download {path} --local-dir DIR`, then pass model.name_or_path=DIR"
-    )
+    why = "HF_HUB_OFFLINE is set" if hub_offline() else "the hub is unreachable or has no such model"
+    fix = f"on a machine with network run `hf download {path} --local-dir DIR`, then pass model.name_or_path=DIR"
+    return ConfigError(hub_unreachable(path, f"{why}, and it is not in the local cache", fix))
 
 
 def load_models(cfg: Config, device: torch.device):
-    """(actor with value head, frozen reference LM, tokenizer, path of the initial policy)."""
-    from transformers import AutoModelForCausalLM
+    """(actor with value head, frozen reference LM, tokenizer, path of the initial policy).
 
+    Mixed precision the standard way (``run.precision``): the actor's weights are loaded in float32
+    whatever ``model.dtype`` says, and ``model.dtype`` is the *compute* dtype its forward passes run in
+    (autocast); the frozen reference, which is never updated, is stored in ``model.dtype``.
+    """
     m = cfg.model
     path = str(_warm_started_tiny(cfg)) if m.name_or_path == "tiny" else m.name_or_path
     try:
         tokenizer = _load_tokenizer(path)
-        lm = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[m.dtype])
+        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     except (OSError, ValueError) as err:
         raise _hub_error(path, err) from None
     if len(tokenizer) > lm.get_input_embeddings().num_embeddings:
@@ -140,9 +146,16 @@ def load_models(cfg: Config, device: torch.device):
     if m.gradient_checkpointing:
         lm.gradient_checkpointing_enable()
         lm.config.use_cache = False
-    actor = ActorWithValueHead(lm, m.value_head_init_std).to(device)
-    ref = make_reference(actor).to(device)
+    critic = uses_critic(cfg)  # GRPO, RLOO and REINFORCE++ (chapter 07) build no value head
+    actor = ActorWithValueHead(lm, m.value_head_init_std, compute_dtype=DTYPES[m.dtype], with_value_head=critic)
+    actor = actor.to(device)
+    ref = make_reference(actor).to(device=device, dtype=DTYPES[m.dtype])
     return actor, ref, tokenizer, path
+
+
+def uses_critic(cfg: Config) -> bool:
+    """Whether the run learns a value function: only GAE (PPO) needs one (``algo.adv_estimator``, chapter 07)."""
+    return cfg.algo.adv_estimator == "gae"
 
 
 def model_context(lm) -> int | None:
@@ -162,11 +175,13 @@ def fit_prompt_len(cfg: Config, lm) -> None:
         return
     if T >= context:
         raise ConfigError(
-            f"rollout.max_new_tokens={T} leaves no room for a prompt in the model's context of {context} tokens; lower it"
+            f"rollout.max_new_tokens={T} leaves no room for a prompt in the model's context of {context} tokens; "
+            "lower it"
         )
     warnings.warn(
         f"data.max_prompt_len={cfg.data.max_prompt_len} + rollout.max_new_tokens={T} exceed the model's context of "
-        f"{context} tokens: prompts will be cut to their last {context - T} tokens"
+        f"{context} tokens: prompts will be cut to their last {context - T} tokens",
+        stacklevel=2,
     )
     cfg.data.max_prompt_len = context - T
 
@@ -187,10 +202,11 @@ def _bitsandbytes_error(device_type: str) -> str | None:
 
 
 def param_groups(actor, ppo) -> list:
-    """The optimizer's parameter groups: one group at ``ppo.lr``, or, with ``ppo.value_lr > 0``, the trunk (and
-    LM head) at ``ppo.lr`` and the value head in a second group at ``ppo.value_lr``."""
+    """The optimizer's parameter groups: one group at ``ppo.lr``, or, with ``ppo.value_lr > 0`` and a value head,
+    the trunk (and LM head) at ``ppo.lr`` and the value head in a second group at ``ppo.value_lr``. An actor
+    without a value head (no critic, chapter 07) gets the one group whatever ``ppo.value_lr`` says."""
     params = [p for p in actor.parameters() if p.requires_grad]
-    if not ppo.value_lr:
+    if not ppo.value_lr or actor.value_head is None:
         return params
     head = {id(p) for p in actor.value_head.parameters()}
     return [
@@ -200,7 +216,8 @@ def param_groups(actor, ppo) -> list:
 
 
 def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
-    """AdamW over the trunk and the value head, or bitsandbytes' AdamW8bit when ppo.optimizer=adamw8bit.
+    """AdamW over the trunk and the value head (if the actor has one), or bitsandbytes' AdamW8bit when
+    ppo.optimizer=adamw8bit.
 
     With ``ppo.value_lr > 0`` the value head is a second parameter group at that learning rate
     (``param_groups``). If bitsandbytes cannot run here, ``adamw8bit`` falls back to torch AdamW with a
@@ -215,6 +232,67 @@ def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
             return bnb.optim.AdamW8bit(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
         warnings.warn(
             f"ppo.optimizer=adamw8bit but bitsandbytes cannot run here ({why}); falling back to torch AdamW, "
-            "whose two moment estimates take 2 (bf16) to 4 (fp32) times the memory of 8-bit ones"
+            "whose two float32 moment estimates take 4 times the memory of 8-bit ones",
+            stacklevel=2,
         )
     return torch.optim.AdamW(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
+
+
+def load_reward_model(cfg: Config, device: torch.device):
+    """The frozen reward model of ``reward.type=model`` (eval mode, no gradients, on ``device``); None: the rule."""
+    if cfg.reward.type != "model":
+        return None
+    from ..reward_model import RewardModel
+
+    try:
+        rm = RewardModel.from_pretrained(Path(cfg.reward.path).expanduser())
+    except (OSError, ValueError) as err:
+        raise ConfigError(
+            f"reward.path={cfg.reward.path}: cannot load a reward model ({str(err).splitlines()[0]})"
+        ) from None
+    return rm.to(device).eval().requires_grad_(False)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's global generators."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_kl_controller(ppo):
+    """The adaptive KL controller (``ppo.adaptive_kl``) or a fixed coefficient."""
+    if ppo.adaptive_kl:
+        return AdaptiveKLController(ppo.kl_coef, ppo.kl_target, ppo.kl_horizon)
+    return FixedKLController(ppo.kl_coef)
+
+
+def update_hparams(cfg) -> dict:
+    """The keyword arguments of ``update.minibatch_update`` that come from the config."""
+    p = cfg.ppo
+    return dict(
+        clip_eps=p.clip_eps,
+        vf_clip_eps=p.vf_clip_eps,
+        vf_coef=p.vf_coef,
+        ent_coef=p.ent_coef,
+        temperature=cfg.rollout.temperature,
+        grad_accum_steps=p.grad_accum_steps,
+        max_grad_norm=p.max_grad_norm,
+        **algo_loss(cfg),
+    )
+
+
+def algo_loss(cfg) -> dict:
+    """``{"loss_fn": ...}`` when chapter 07's switches change the loss (the KL in it, another averaging), else
+    ``{}``: PPO's default loss, so a learner's own ``minibatch_update`` (chapter 05) needs no new argument."""
+    a = cfg.algo
+    if not a.use_kl_loss and a.loss_agg_mode == "token-mean":
+        return {}
+    loss_fn = functools.partial(
+        ppo_loss,
+        loss_agg_mode=a.loss_agg_mode,
+        kl_loss_coef=a.kl_loss_coef if a.use_kl_loss else 0.0,
+        kl_loss_type=a.kl_loss_type,
+        loss_norm_len=cfg.rollout.max_new_tokens,  # Dr. GRPO's constant: the response limit, not this batch's T
+    )
+    return {"loss_fn": loss_fn}

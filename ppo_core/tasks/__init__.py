@@ -8,4 +8,6 @@
 | tasks.long_synthetic| its ~100-token variant whose first token decides the answer        |
 | tasks.tiny          | a tiny model and character tokenizer built offline                 |
 | tasks.warmstart     | the cached supervised warm start (the SFT stage)                   |
+| tasks.hub_model     | a hub-shaped Qwen2 chat checkpoint built offline (BPE, two EOS ids) |
+| tasks.preferences   | gold-labelled preference pairs; the prompt/chosen/rejected loader  |
 """

@@ -17,6 +17,7 @@ import json
 import os
 from pathlib import Path
 
+from ..utils import hub_offline, hub_unreachable
 from .rewards import ANSWER_MARKER, gold_number
 
 __all__ = ["SYSTEM_PROMPT", "PROMPT_STYLES", "load_gsm8k", "gold_number", "build_prompt"]
@@ -26,7 +27,6 @@ SYSTEM_PROMPT = (
     f"as '{ANSWER_MARKER} <number>'."
 )
 PROMPT_STYLES = ("plain", "chat")
-_TRUE = {"1", "ON", "YES", "TRUE"}
 
 
 def _looks_local(source: str) -> bool:
@@ -72,17 +72,16 @@ def _read_jsonl(path: Path) -> list[tuple[int, object]]:
 
 def _hub_offline_by_env() -> bool:
     """What the environment asks for (``HF_DATASETS_OFFLINE`` wins over ``HF_HUB_OFFLINE``, as in datasets)."""
-    value = os.environ.get("HF_DATASETS_OFFLINE") or os.environ.get("HF_HUB_OFFLINE") or ""
-    return value.upper() in _TRUE
+    return hub_offline("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
 
 
 def _unreachable(source: str, split: str, reason: str) -> ConnectionError:
     """The one-line error for a hub id that cannot be loaded: what happened and the local-path fix."""
-    return ConnectionError(
-        f"Cannot load '{source}' from the Hugging Face Hub ({reason}); use a local copy instead: "
-        f"load_gsm8k('path/to/gsm8k', split='{split}') with a folder holding {split}.jsonl,"
-        " or the path of a .jsonl file."
+    fix = (
+        f"use a local copy instead: load_gsm8k('path/to/gsm8k', split='{split}') with a folder holding "
+        f"{split}.jsonl, or the path of a .jsonl file."
     )
+    return ConnectionError(hub_unreachable(source, reason, fix))
 
 
 def _load_hub(source: str, config: str, split: str) -> list[tuple[int, object]]:

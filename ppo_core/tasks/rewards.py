@@ -28,7 +28,15 @@ Numbers are compared exactly, as ``decimal.Decimal`` values, never as floats: ``
 import re
 from decimal import Context, Decimal
 
-__all__ = ["ANSWER_MARKER", "extract_answer", "normalize_number", "gold_number", "is_correct", "gsm8k_reward"]
+__all__ = [
+    "ANSWER_MARKER",
+    "extract_answer",
+    "normalize_number",
+    "gold_number",
+    "is_correct",
+    "accuracy",
+    "gsm8k_reward",
+]
 
 ANSWER_MARKER = "####"
 
@@ -108,6 +116,12 @@ def is_correct(completion: str, gold_answer: str) -> bool:
     gold = gold_number(gold_answer)  # parsed first, so a broken gold answer always raises
     predicted = extract_answer(completion)
     return predicted is not None and Decimal(predicted) == Decimal(gold)
+
+
+def accuracy(completions: list[str], records: list[dict], correct_fn=is_correct) -> float:
+    """Share of ``completions`` whose final answer is right for the matching record (0.0 for none)."""
+    hits = [correct_fn(c, r["answer"]) for c, r in zip(completions, records)]
+    return sum(hits) / len(hits) if hits else 0.0
 
 
 def gsm8k_reward(completion: str, gold_answer: str, correct: float = 1.0, format_reward: float = 0.1) -> float:

@@ -29,11 +29,43 @@ __all__ = ["SYNTHETIC_ALPHABET", "TRAIN_NAMES", "TEST_NAMES", "TRAIN_OBJECTS", "
 SYNTHETIC_ALPHABET = " \n#+-=.?" + string.digits + string.ascii_lowercase + string.ascii_uppercase
 """All characters a question or answer can contain: space, newline, ``#+-=.?``, digits, letters."""
 
-TRAIN_NAMES = ("Ann", "Bob", "Cat", "Dan", "Eve", "Fay", "Gus", "Hal", "Ivy", "Jon", "Kim", "Lee", "Max", "Ned",
-               "Pam", "Ray", "Sam", "Tom", "Uma", "Val")  # fmt: skip
+TRAIN_NAMES = (
+    "Ann",
+    "Bob",
+    "Cat",
+    "Dan",
+    "Eve",
+    "Fay",
+    "Gus",
+    "Hal",
+    "Ivy",
+    "Jon",
+    "Kim",
+    "Lee",
+    "Max",
+    "Ned",
+    "Pam",
+    "Ray",
+    "Sam",
+    "Tom",
+    "Uma",
+    "Val",
+)
 TEST_NAMES = ("Wes", "Xia", "Yul", "Zoe", "Ada", "Ben", "Cy", "Di")
-TRAIN_OBJECTS = ("apples", "books", "cards", "coins", "cups", "eggs", "hats", "keys", "pens", "rocks", "shells",
-                 "stamps")  # fmt: skip
+TRAIN_OBJECTS = (
+    "apples",
+    "books",
+    "cards",
+    "coins",
+    "cups",
+    "eggs",
+    "hats",
+    "keys",
+    "pens",
+    "rocks",
+    "shells",
+    "stamps",
+)
 TEST_OBJECTS = ("beads", "bells", "dolls", "kites", "marbles", "plums")
 
 # {n} name, {a} {b} operands, {o} object (plural; every object name drops a final "s" for one).

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrainedTokenizerFast
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, LlamaConfig, PreTrainedTokenizerFast
 
 __all__ = [
     "SPECIAL_TOKENS",
@@ -84,15 +84,30 @@ def build_char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
 
 def _config(tokenizer, arch: str, size: dict):
     """A transformers config for ``arch`` with every dropout 0 and the tokenizer's special ids."""
-    ids = dict(pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-               eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    ids = dict(
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id
+    )
     size = model_size(arch, size)
     if arch == "llama":
         size.setdefault("num_key_value_heads", size["num_attention_heads"])
-        return LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=256, attention_dropout=0.0,
-                           tie_word_embeddings=True, **size, **ids)  # fmt: skip
-    return GPT2Config(vocab_size=len(tokenizer), n_positions=256, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                      summary_first_dropout=0.0, **size, **ids)  # fmt: skip
+        return LlamaConfig(
+            vocab_size=len(tokenizer),
+            max_position_embeddings=256,
+            attention_dropout=0.0,
+            tie_word_embeddings=True,
+            **size,
+            **ids,
+        )
+    return GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=256,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        summary_first_dropout=0.0,
+        **size,
+        **ids,
+    )
 
 
 def build_tiny_model(tokenizer, arch: str = "llama", **size) -> torch.nn.Module:
@@ -132,7 +147,5 @@ def save_tiny(model, tokenizer, path) -> Path:
 
 def load_tiny(path) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
     """``(model, tokenizer)`` from a folder written by ``save_tiny``; the model in ``eval()`` mode."""
-    from transformers import AutoTokenizer
-
     model = AutoModelForCausalLM.from_pretrained(path)
     return model.eval(), AutoTokenizer.from_pretrained(path)

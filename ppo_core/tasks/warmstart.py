@@ -23,19 +23,20 @@ and a second call with the same settings returns that folder at once.
 
 import hashlib
 import json
-import os
 import random
 import re
 import resource
-import shutil
 import time
 from pathlib import Path
 
 import torch
-from transformers import GenerationConfig, get_cosine_schedule_with_warmup
+from tqdm.auto import tqdm
+from transformers import get_cosine_schedule_with_warmup
 
+from ..rollout import complete
+from ..utils import write_folder_atomically
 from .data import build_prompt
-from .rewards import ANSWER_MARKER, is_correct
+from .rewards import ANSWER_MARKER, accuracy
 from .synthetic import SYNTHETIC_ALPHABET, make_synthetic_task
 from .tiny import build_char_tokenizer, build_tiny_model, count_parameters, model_size, save_tiny
 
@@ -101,40 +102,40 @@ def sft_batch(tokenizer, prompts: list[str], completions: list[str]) -> dict:
 
 
 @torch.no_grad()
-def generate_completions(model, tokenizer, records: list[dict], temperature: float = 1.0, greedy: bool = False,
-                         max_new_tokens: int = 24, batch_size: int = 256,
-                         seed: int | None = None) -> list[str]:  # fmt: skip
+def generate_completions(
+    model,
+    tokenizer,
+    records: list[dict],
+    temperature: float = 1.0,
+    greedy: bool = False,
+    max_new_tokens: int = 24,
+    batch_size: int = 256,
+    seed: int | None = None,
+) -> list[str]:
     """The decoded completion of each record's prompt ``question + "\\n"`` (left-padded, stops at EOS).
 
-    Samples from softmax(logits / temperature) with no top-k / top-p (PPO's sampling distribution),
-    or decodes greedily with ``greedy=True``. ``seed`` makes sampling reproducible without touching
-    the global RNG.
+    Samples from softmax(logits / temperature) with no top-k / top-p (PPO's sampling distribution,
+    ``rollout.sample``), or decodes greedily with ``greedy=True``. ``seed`` makes sampling
+    reproducible without touching the global RNG.
     """
-    config = GenerationConfig(
-        max_new_tokens=max_new_tokens, do_sample=not greedy, temperature=None if greedy else temperature,
-        top_k=None if greedy else 0, top_p=None if greedy else 1.0, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
-    )  # fmt: skip
-    was_training, texts = model.training, []
-    model.eval()
-    with torch.random.fork_rng(devices=[], enabled=seed is not None):
-        if seed is not None:
-            torch.manual_seed(seed)
-        for start in range(0, len(records), batch_size):
-            chunk = records[start : start + batch_size]
-            prompts = [build_prompt(r["question"]) for r in chunk]
-            batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")  # (B, P)
-            out = model.generate(**batch, generation_config=config)  # (B, P + T), pad after EOS
-            texts += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-    model.train(was_training)
-    return texts
+    prompts = [build_prompt(r["question"]) for r in records]
+    temperature = None if greedy else temperature
+    return complete(model, tokenizer, prompts, max_new_tokens, temperature, 10**9, batch_size, seed)
 
 
-def evaluate_accuracy(model, tokenizer, records: list[dict], temperature: float = 1.0, greedy: bool = False,
-                      max_new_tokens: int = 24, batch_size: int = 256, seed: int | None = None) -> float:  # fmt: skip
+def evaluate_accuracy(
+    model,
+    tokenizer,
+    records: list[dict],
+    temperature: float = 1.0,
+    greedy: bool = False,
+    max_new_tokens: int = 24,
+    batch_size: int = 256,
+    seed: int | None = None,
+) -> float:
     """Share of ``records`` whose generated final answer (the number after the last ``####``) is right."""
     texts = generate_completions(model, tokenizer, records, temperature, greedy, max_new_tokens, batch_size, seed)
-    return sum(is_correct(t, r["answer"]) for t, r in zip(texts, records)) / max(len(records), 1)
+    return accuracy(texts, records)
 
 
 def _scores(texts: list[str], records: list[dict]) -> dict:
@@ -142,7 +143,7 @@ def _scores(texts: list[str], records: list[dict]) -> dict:
     n = max(len(records), 1)
     pairs = list(zip(texts, [r["answer"] for r in records]))
     return {
-        "accuracy": sum(is_correct(text, gold) for text, gold in pairs) / n,
+        "accuracy": accuracy(texts, records),
         "working_line_accuracy": sum(text.split("\n")[0] == gold.split("\n")[0] for text, gold in pairs) / n,
     }
 
@@ -170,8 +171,6 @@ def _train(settings: dict, train: list[dict], progress: bool) -> tuple:
     losses = []
     steps = range(s["steps"])
     if progress:
-        from tqdm.auto import tqdm
-
         steps = tqdm(steps, desc="warm start", leave=False)
     for _ in steps:
         records = rng.sample(train, s["batch_size"])
@@ -192,31 +191,39 @@ def _evaluate(model, tokenizer, records: list[dict], seed: int) -> dict:
     sampled = _scores(generate_completions(model, tokenizer, records, seed=seed), records)
     greedy = _scores(generate_completions(model, tokenizer, records, greedy=True), records)
     return {
-        "heldout_sampled_accuracy": sampled["accuracy"], "heldout_greedy_accuracy": greedy["accuracy"],
+        "heldout_sampled_accuracy": sampled["accuracy"],
+        "heldout_greedy_accuracy": greedy["accuracy"],
         "heldout_sampled_working_line_accuracy": sampled["working_line_accuracy"],
-        "heldout_greedy_working_line_accuracy": greedy["working_line_accuracy"], "eval_samples": len(records),
-    }  # fmt: skip
+        "heldout_greedy_working_line_accuracy": greedy["working_line_accuracy"],
+        "eval_samples": len(records),
+    }
 
 
 def _save_atomically(model, tokenizer, report: dict, final: Path, replace: bool) -> None:
     """Write into a temporary sibling folder, then rename it to ``final`` in one step."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}-tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_tiny(model, tokenizer, tmp)
-    (tmp / "warmstart.json").write_text(json.dumps(report, indent=2) + "\n")
-    if replace and final.exists():
-        shutil.rmtree(final)
-    try:
-        tmp.rename(final)
-    except OSError:  # another process finished the same settings first: keep theirs
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    def write(tmp: Path) -> None:
+        save_tiny(model, tokenizer, tmp)
+        (tmp / "warmstart.json").write_text(json.dumps(report, indent=2) + "\n")
+
+    write_folder_atomically(final, write, replace=replace)
 
 
-def warm_start(out_dir: str | Path, seed: int = 0, steps: int = 450, batch_size: int = 16, lr: float = 2e-3,
-               answer_noise: float = 0.75, arch: str = "llama", n_train: int = 4000, n_test: int = 500,
-               size: dict | None = None, eval_samples: int = 256, force: bool = False,
-               progress: bool = True) -> Path:  # fmt: skip
+def warm_start(
+    out_dir: str | Path,
+    seed: int = 0,
+    steps: int = 450,
+    batch_size: int = 16,
+    lr: float = 2e-3,
+    answer_noise: float = 0.75,
+    arch: str = "llama",
+    n_train: int = 4000,
+    n_test: int = 500,
+    size: dict | None = None,
+    eval_samples: int = 256,
+    force: bool = False,
+    progress: bool = True,
+) -> Path:
     """Train (or reuse) the warm-started tiny model; returns its folder ``out_dir/warmstart-<hash>``.
 
     Args:
@@ -237,9 +244,18 @@ def warm_start(out_dir: str | Path, seed: int = 0, steps: int = 450, batch_size:
     restored, so a cache miss does not change the caller's random stream.
     """
     train, test = make_synthetic_task(seed, n_train=n_train, n_test=n_test)
-    settings = dict(seed=seed, steps=steps, batch_size=batch_size, lr=lr, answer_noise=answer_noise, arch=arch,
-                    n_train=n_train, n_test=n_test, size=dict(sorted(model_size(arch, size).items())),
-                    task=_task_digest(train + test))  # fmt: skip
+    settings = dict(
+        seed=seed,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        answer_noise=answer_noise,
+        arch=arch,
+        n_train=n_train,
+        n_test=n_test,
+        size=dict(sorted(model_size(arch, size).items())),
+        task=_task_digest(train + test),
+    )
     final = Path(out_dir).expanduser() / f"warmstart-{settings_hash(settings)}"
     if (final / "warmstart.json").is_file() and not force:
         return final
@@ -248,10 +264,16 @@ def warm_start(out_dir: str | Path, seed: int = 0, steps: int = 450, batch_size:
         model, tokenizer, losses = _train(settings, train, progress)
         train_s = time.perf_counter() - start
         scores = _evaluate(model, tokenizer, test[:eval_samples], seed)
-    report = dict(settings=settings, losses=losses, train_seconds=round(train_s, 2),
-                  total_seconds=round(time.perf_counter() - start, 2),
-                  cpu_seconds=round(time.process_time() - start_cpu, 2), n_parameters=count_parameters(model),
-                  peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-                  torch_threads=torch.get_num_threads(), **scores)  # fmt: skip
+    report = dict(
+        settings=settings,
+        losses=losses,
+        train_seconds=round(train_s, 2),
+        total_seconds=round(time.perf_counter() - start, 2),
+        cpu_seconds=round(time.process_time() - start_cpu, 2),
+        n_parameters=count_parameters(model),
+        peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        torch_threads=torch.get_num_threads(),
+        **scores,
+    )
     _save_atomically(model, tokenizer, report, final, replace=force)
     return final

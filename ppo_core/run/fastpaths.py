@@ -1,0 +1,130 @@
+"""Speed paths: the numbers of the readable code in ``rollout.py`` and ``model.py``, with less work.
+
+One switch, the config flag ``train.fast_paths`` (default true); the trainer passes a ``PromptCache``
+to ``rollout.sample``/``rollout.score`` and calls ``enable(actor)`` when it is on. With it off, every
+forward pass is the plain one a reader sees in ``rollout.py`` and ``model.py``. Both paths agree up to
+float rounding (tests/test_rollout.py, tests/test_model.py check it, and the ratio = 1 check of every
+first minibatch holds on both); measured speed-ups are in ``benchmarks/README.md``.
+
+1. ``PromptCache``: scoring reuses generate's keys and values of the prompt. ``generate`` already ran
+   the policy over every prompt token (the prefill) with the very weights the scoring forward uses, so
+   the actor's scoring forward keeps positions 0..P-2 of generate's cache and runs on the T positions
+   P-1..P+T-2 only (the ones whose outputs score the response)::
+
+       generate:   [p0 .. p_P-2] p_P-1 r0 .. r_T-2        cache of every position it processed
+       score:      [  cached   ] p_P-1 r0 .. r_T-2        -> logits, values at P-1 .. P+T-2
+
+   Used for a float32 policy only: on a GPU a cached prefix and a full forward run different kernels
+   whose bf16 roundings were not measured, and the ratio = 1 check must not depend on luck. The
+   reference model has other weights and always runs in full.
+
+2. ``split_prefix_logits``: a float32 training forward (gradients on) runs in two calls, the positions
+   before ``keep`` first, then the kept ones on top of the first call's keys and values. No kept output
+   depends on the prefix's *last-layer* attention output or MLP, so autograd skips them (about
+   1/layers of the trunk's backward). Used from ``SPLIT_MIN_PREFIX_TOKENS`` prefix tokens
+   (rows x positions) on, below which the second call's fixed cost outweighs the saving, and never
+   under activation checkpointing (which turns transformers' cache off). Lower precisions keep the one
+   call, so their training forward rounds exactly like their scoring forward.
+"""
+
+import torch
+from transformers import DynamicCache
+
+from ..logprobs import logprobs_from_logits
+from ..model import lm_logits, position_ids_from_mask
+from ..rollout import _cat_values
+from .precision import compute_dtype
+
+__all__ = ["PromptCache", "split_prefix_logits", "enable", "SPLIT_MIN_PREFIX_TOKENS"]
+
+SPLIT_MIN_PREFIX_TOKENS = 2048
+"""``split_prefix_logits`` runs the prefix apart only from this many prefix tokens (rows x positions) on."""
+
+
+class PromptCache:
+    """generate's key/value caches, kept by ``rollout.sample`` for ``rollout.score`` and used once.
+
+    It travels beside the rollout, never inside it: a ``Rollout`` stays plain tensors.
+    """
+
+    def __init__(self):
+        self.chunks: list = []  # [(first row, DynamicCache)], one per generate call
+        self.lm, self.complete = None, True
+
+    def keep(self, lm, start: int, out) -> None:
+        """Called by ``sample`` after each generate call (rows ``start``..); float32 compute only."""
+        if compute_dtype(lm) != torch.float32 or not isinstance(out.past_key_values, DynamicCache):
+            self.complete = False
+            return
+        self.lm = lm
+        self.chunks.append((start, out.past_key_values))
+
+    def actor_scores(self, actor, ro, temperature: float) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Old logprobs and values (B, T) from the caches, or None if they cannot serve ``actor``
+        (another model sampled, a chunk kept no cache). Frees the caches either way."""
+        chunks, usable = self.chunks, self.complete and bool(self.chunks) and self.lm is actor.lm
+        self.chunks, self.lm = [], None
+        if not usable:
+            return None
+        keep = ro.keep  # [P-1 : P+T-1]: the positions this forward runs on
+        bounds = [start for start, _ in chunks[1:]] + [ro.input_ids.shape[0]]
+        logprobs, values = [], []
+        for (start, cache), end in zip(chunks, bounds):
+            cache.crop(-(cache.get_seq_length() - keep.start))  # keep positions 0..P-2: the prompt but its last token
+            ids = ro.input_ids[start:end, keep]  # (b, T): p_P-1, r0 .. r_T-2
+            attn = ro.attention_mask[start:end, : keep.stop]  # (b, P+T-1): cached positions and these T
+            pos = position_ids_from_mask(attn)[:, keep]  # (b, T)
+            logits, v = actor(ids, attn, pos, past_key_values=cache)  # (b, T, V), (b, T)
+            logprobs.append(logprobs_from_logits(logits, ro.response_ids[start:end], temperature))
+            values.append(v)
+        return torch.cat(logprobs), _cat_values(values)
+
+
+def _split_prefix(lm, prefix_tokens: int) -> bool:
+    """Whether to run the prefix apart: a float32-compute training forward (float32 weights, no autocast) with
+    at least ``SPLIT_MIN_PREFIX_TOKENS`` prefix tokens, without activation checkpointing (which turns
+    transformers' cache off)."""
+    return (
+        torch.is_grad_enabled()
+        and prefix_tokens >= SPLIT_MIN_PREFIX_TOKENS
+        and compute_dtype(lm) == torch.float32
+        and not getattr(lm.base_model, "gradient_checkpointing", False)
+    )
+
+
+def split_prefix_logits(
+    lm, input_ids, attention_mask, position_ids=None, keep: slice | None = None, past_key_values=None
+):
+    """``model.lm_logits`` with the prefix before ``keep`` run in a separate call where that pays (see above)."""
+    if (
+        keep is None
+        or past_key_values is not None
+        or not keep.start
+        or not _split_prefix(lm, input_ids.shape[0] * keep.start)
+    ):
+        return lm_logits(lm, input_ids, attention_mask, position_ids, keep, past_key_values)
+    if position_ids is None:
+        position_ids = position_ids_from_mask(attention_mask)
+    stop = input_ids.shape[1] if keep.stop is None else keep.stop  # later positions cannot affect kept ones
+    prefix = lm.base_model(
+        input_ids=input_ids[:, : keep.start],
+        attention_mask=attention_mask[:, : keep.start],
+        position_ids=position_ids[:, : keep.start],
+        use_cache=True,
+    )
+    if prefix.past_key_values is None:  # a model without a cache: the one call
+        return lm_logits(lm, input_ids, attention_mask, position_ids, keep)
+    hidden = lm.base_model(
+        input_ids=input_ids[:, keep.start : stop],
+        attention_mask=attention_mask[:, :stop],
+        position_ids=position_ids[:, keep.start : stop],
+        past_key_values=prefix.past_key_values,
+        use_cache=True,
+    ).last_hidden_state  # (B, L', H)
+    return lm.get_output_embeddings()(hidden), hidden
+
+
+def enable(actor):
+    """Switch ``actor``'s forward to ``split_prefix_logits`` (``train.fast_paths``); returns the actor."""
+    actor.logits_fn = split_prefix_logits
+    return actor

@@ -1,0 +1,172 @@
+"""What a checkpoint holds, and how a run starts fresh or continues from one.
+
+A checkpoint folder (``step_N/`` or ``final/``) holds the actor (loadable with
+``AutoModelForCausalLM.from_pretrained``), its value head, the tokenizer, the optimizer state, and
+``trainer_state.pt``: step count, KL coefficient, every RNG state (torch, the shuffle generator,
+numpy, Python, CUDA) and the config. The step count fixes the data position (``prompt_batch`` is a
+pure function of the step), so a resumed CPU run repeats an uninterrupted one exactly.
+"""
+
+import json
+import os
+import random
+import shutil
+import time
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from ..model import VALUE_HEAD_FILE
+from .checkpoint import (
+    STATE_FILE,
+    checkpoint_step,
+    clear_run,
+    config_changes,
+    later_checkpoints,
+    latest_checkpoint,
+    prune,
+    write_atomically,
+)
+from .config import ConfigError
+from .guards import NonFiniteError, nonfinite_parameters
+from .metrics import MetricsLogger, last_logged_step
+from .precision import load_weights_
+
+__all__ = ["resume_path", "open_run", "save_checkpoint", "load_checkpoint", "set_aside_after"]
+
+
+def resume_path(cfg) -> Path | None:
+    """The checkpoint to resume from, or None for a fresh run; refuses to mix a fresh run into an old one."""
+    t, out = cfg.train, Path(cfg.train.output_dir)
+    if t.resume == "auto":
+        return latest_checkpoint(out)  # None: nothing saved yet, so start afresh
+    if t.resume:
+        path = Path(t.resume).expanduser()
+        if checkpoint_step(path) is None:
+            raise ConfigError(
+                f"train.resume={t.resume} is not a complete checkpoint (no {STATE_FILE}); "
+                "pass a step_N or final folder, or train.resume=auto"
+            )
+        return path
+    previous = sorted(
+        p.name for p in out.glob("*") if p.name in ("final", "metrics.jsonl") or p.name.startswith("step_")
+    )
+    if previous and not t.overwrite:
+        raise ConfigError(
+            f"train.output_dir={out} already holds a run ({', '.join(previous)}); continue it with "
+            "train.resume=auto, start over with train.overwrite=true, or choose another train.output_dir"
+        )
+    return None
+
+
+def open_run(trainer, resume: Path | None) -> MetricsLogger:
+    """Prepare ``trainer.out`` for the run and return its metrics logger.
+
+    Fresh: clear what an earlier run left. Resumed: restore the trainer from ``resume``, set aside what
+    an abandoned attempt saved after it, and cut the logs back to its step.
+    """
+    cfg, out = trainer.cfg, trainer.out
+    if resume is None:
+        clear_run(out)  # a previous run here was allowed (overwrite, or auto with nothing saved)
+    out.mkdir(parents=True, exist_ok=True)
+    if resume is not None:
+        load_checkpoint(trainer, resume)
+        set_aside_after(out, trainer.step_count)
+    OmegaConf.save(OmegaConf.structured(cfg), out / "effective_config.yaml")
+    wandb_cfg = {"project": cfg.train.wandb_project, "config": asdict(cfg)} if cfg.train.wandb else None
+    logger = MetricsLogger(out, cfg.train.tensorboard, wandb_cfg)
+    if resume is not None:
+        logger.truncate_after(trainer.step_count)  # lines logged after the checkpoint are redone
+    return logger
+
+
+def save_checkpoint(trainer, name: str) -> Path:
+    """Write ``output_dir/name`` atomically: into a temporary folder, flushed to disk, then one rename.
+
+    Refuses (``NonFiniteError``) to save parameters that hold NaN/inf.
+    """
+    bad = nonfinite_parameters(trainer.actor)
+    if bad:
+        raise NonFiniteError(f"refusing to save {name} at step {trainer.step_count}: {', '.join(bad[:3])} hold NaN/inf")
+    state = {
+        "step": trainer.step_count,
+        "kl_coef": trainer.kl_ctl.value,
+        "init_path": str(trainer.init_path),
+        "torch_rng": torch.get_rng_state(),
+        "shuffle_rng": trainer.shuffle_gen.get_state(),
+        "numpy_rng": np.random.get_state(),
+        "python_rng": random.getstate(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "config": asdict(trainer.cfg),
+    }
+
+    def write(tmp: Path) -> None:
+        trainer.actor.save_pretrained(tmp)
+        trainer.tokenizer.save_pretrained(tmp)
+        torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
+        summary = {"step": trainer.step_count, "kl_coef": trainer.kl_ctl.value}
+        (tmp / "trainer_state.json").write_text(json.dumps(summary))
+        torch.save(state, tmp / STATE_FILE)  # written last: its presence marks a complete checkpoint
+
+    path = write_atomically(trainer.out, name, write)
+    prune(trainer.out, trainer.cfg.train.keep_last)
+    return path
+
+
+def load_checkpoint(trainer, path) -> None:
+    """Restore model, value head, optimizer, KL controller, RNG states and step count from a checkpoint."""
+    path = Path(path)
+    if checkpoint_step(path) is None:
+        raise ConfigError(
+            f"{path} is not a complete checkpoint (no {STATE_FILE}); pass a step_N folder or train.resume=auto"
+        )
+    state = torch.load(path / STATE_FILE, weights_only=False)
+    changed = config_changes(state.get("config"), asdict(trainer.cfg))
+    if changed:
+        warnings.warn(
+            f"resuming {path} with settings that differ from its run ({'; '.join(changed)}): "
+            "the continuation will not match an uninterrupted run",
+            stacklevel=2,
+        )
+    load_weights_(trainer.actor.lm, path)  # in place, one tensor at a time: no second model in memory
+    if trainer.actor.value_head is not None:  # chapter 07's critic-free methods have none
+        head = torch.load(path / VALUE_HEAD_FILE, map_location=trainer.device, weights_only=True)
+        trainer.actor.value_head.load_state_dict(head)
+    optimizer_state = torch.load(path / "optimizer.pt", map_location=trainer.device, weights_only=False)
+    trainer.optimizer.load_state_dict(optimizer_state)
+    trainer.step_count, trainer.kl_ctl.value = state["step"], state["kl_coef"]
+    torch.set_rng_state(state["torch_rng"])
+    trainer.shuffle_gen.set_state(state["shuffle_rng"])
+    np.random.set_state(state["numpy_rng"])
+    random.setstate(state["python_rng"])
+    if state.get("cuda_rng") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+
+
+def set_aside_after(out: Path, step: int) -> None:
+    """Resuming from step N abandons what a previous attempt saved after N (it belongs to another
+    trajectory). Nothing is deleted: the later checkpoints, the summary and a copy of the full logs
+    move to ``abandoned/after_step_N-<time>/``, out of the way of ``resume=auto`` and ``keep_last``."""
+    later = later_checkpoints(out, step)
+    logs = [out / name for name in ("metrics.jsonl", "samples.jsonl")]
+    logged_after = any((last_logged_step(path) or 0) > step for path in logs if path.exists())
+    if not later and not logged_after:
+        return
+    aside = out / "abandoned" / f"after_step_{step}-{time.strftime('%Y%m%d-%H%M%S')}"
+    aside.mkdir(parents=True, exist_ok=True)
+    for path in logs:
+        if path.exists():
+            shutil.copy2(path, aside / path.name)  # the full logs; the run's own copies are cut back by the logger
+    for path in [*later, out / "summary.json"]:
+        if path.exists():
+            os.replace(path, aside / path.name)
+    if later:
+        warnings.warn(
+            f"resuming from step {step}: moved later checkpoints {', '.join(sorted(p.name for p in later))} "
+            f"to {aside.relative_to(out)}",
+            stacklevel=2,
+        )
