@@ -127,8 +127,10 @@ def test_without_a_critic_value_lr_and_lam_value_are_ignored_and_warmup_refused(
     assert "\n" not in str(err.value)
 
 
-def test_value_warmup_fits_the_critic_and_leaves_the_policy_untouched(tiny_model_path, tmp_path):
-    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path, 1, "ppo.value_warmup_steps=2", "ppo.adaptive_kl=true"))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # bfloat16: the trunk under autocast, as on the cuda preset
+def test_value_warmup_fits_the_critic_and_leaves_the_policy_untouched(tiny_model_path, tmp_path, dtype):
+    extra = ("ppo.value_warmup_steps=2", "ppo.adaptive_kl=true", f"model.dtype={dtype}", "train.check_ratio=false")
+    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path, 1, *extra))
     tr.reward_fn = lambda completion, answer: float(len(completion) % 3)  # an untrained model scores 0: give it signal
     lm_before = {k: v.clone() for k, v in tr.actor.lm.state_dict().items()}
     head_before = tr.actor.value_head.weight.detach().clone()
