@@ -13,6 +13,7 @@ from ..tasks import rewards
 from ..tasks.data import build_prompt
 from ..tasks.rewards import is_correct
 from .config import load_config
+from .lora import is_lora_checkpoint, load_merged
 from .setup import fit_prompt_len, load_task
 
 __all__ = ["accuracy", "evaluate_checkpoint"]
@@ -42,7 +43,7 @@ def accuracy(lm, tokenizer, records: list[dict], cfg, greedy: bool = False, corr
 def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> dict:
     """Load a step_N/final folder and return its held-out sampled and greedy accuracy."""
     ckpt = Path(checkpoint)
-    if not (ckpt / "config.json").is_file():
+    if not (ckpt / "config.json").is_file() and not is_lora_checkpoint(ckpt):
         raise FileNotFoundError(f"{ckpt} is not a checkpoint folder (no config.json); pass a step_N or final folder")
     run_cfg = ckpt.parent / "effective_config.yaml"
     if preset == "auto":
@@ -50,7 +51,8 @@ def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> 
     cfg = load_config(preset, list(overrides))
     _, test, _, correct_fn = load_task(cfg)
     test = test[: cfg.train.eval_samples]
-    lm = AutoModelForCausalLM.from_pretrained(ckpt)
+    # a LoRA checkpoint: its base with the adapters merged in (run/lora.py)
+    lm = load_merged(ckpt) if is_lora_checkpoint(ckpt) else AutoModelForCausalLM.from_pretrained(ckpt)
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
     fit_prompt_len(cfg, lm)
     return {

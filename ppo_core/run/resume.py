@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from ..model import ActorWithValueHead
+from . import lora
 from .checkpoint import (
     STATE_FILE,
     checkpoint_step,
@@ -104,7 +104,7 @@ def save_checkpoint(trainer, name: str) -> Path:
     }
 
     def write(tmp: Path) -> None:
-        trainer.actor.save_pretrained(tmp)
+        lora.save_actor(trainer.actor, tmp)  # full weights, or adapters + value head (run/lora.py)
         trainer.tokenizer.save_pretrained(tmp)
         torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
         summary = {"step": trainer.step_count, "kl_coef": trainer.kl_ctl.value}
@@ -131,8 +131,10 @@ def load_checkpoint(trainer, path) -> None:
             "the continuation will not match an uninterrupted run",
             stacklevel=2,
         )
-    loaded = ActorWithValueHead.from_pretrained(str(path))
-    trainer.actor.load_state_dict(loaded.state_dict())
+    try:
+        lora.load_actor(trainer.actor, path)  # full weights, or adapters + value head (run/lora.py)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     optimizer_state = torch.load(path / "optimizer.pt", map_location=trainer.device, weights_only=False)
     trainer.optimizer.load_state_dict(optimizer_state)
     trainer.step_count, trainer.kl_ctl.value = state["step"], state["kl_coef"]

@@ -131,6 +131,10 @@ def load_models(cfg: Config, device: torch.device):
         lm.gradient_checkpointing_enable()
         lm.config.use_cache = False
     actor = ActorWithValueHead(lm, m.value_head_init_std).to(device)
+    if m.lora.r > 0:  # LoRA (run/lora.py): the reference is the same weights with the adapters off
+        from .lora import apply_lora
+
+        return (*apply_lora(actor, m.lora, m.gradient_checkpointing), tokenizer, path)
     ref = make_reference(actor).to(device)
     return actor, ref, tokenizer, path
 
