@@ -1,0 +1,93 @@
+"""Data parallel with torchrun (run/distributed.py), on the CPU with 2 gloo processes.
+
+Each test starts ``python -m torch.distributed.run --nproc_per_node=2`` on a free port (about 10-15 s).
+"""
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ppo_core.model import ActorWithValueHead
+from ppo_core.run.config import load_config
+from ppo_core.run.distributed import weights_digest
+from ppo_core.run.metrics import read_metrics
+from ppo_core.trainer import PPOTrainer
+
+pytestmark = pytest.mark.skipif(
+    not (dist.is_available() and dist.is_gloo_available()), reason="torch.distributed with gloo is unavailable"
+)
+HERE = Path(__file__).parent
+
+
+def _torchrun(args: list[str], tmp_path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def _overrides(model, out, steps, *extra):
+    return [
+        f"model.name_or_path={model}",
+        f"train.output_dir={out}",
+        f"train.steps={steps}",
+        "rollout.batch_size=8",
+        "ppo.minibatch_size=4",
+        "rollout.max_new_tokens=8",
+        "data.n_train=64",
+        "data.n_test=16",
+        "train.eval_samples=8",
+        "train.progress=false",
+        "train.num_threads=1",
+        *extra,
+    ]
+
+
+def test_two_ranks_update_equals_one_process(tiny_model_path, tmp_path, one_thread):
+    cfg = load_config("cpu", _overrides(tiny_model_path, tmp_path / "single", 1, "ppo.lr=1e-2"))
+    tr = PPOTrainer(cfg)
+    ro = tr.collect(tr.prompt_batch(1))
+    torch.save(ro, tmp_path / "ro.pt")
+    state0 = {k: v.clone() for k, v in tr.actor.state_dict().items()}
+    want = tr.learn(ro)
+    tr.logger.close()
+    worker = [str(HERE / "dist_worker.py"), tiny_model_path, str(tmp_path / "dp"), str(tmp_path / "ro.pt")]
+    _torchrun([*worker, str(tmp_path / "result")], tmp_path)
+    r0, r1 = (torch.load(tmp_path / f"result.rank{r}", weights_only=False) for r in (0, 1))
+    single = tr.actor.state_dict()
+    assert any(not torch.equal(v, state0[k]) for k, v in single.items())  # the update moved the weights
+    for k, v in single.items():
+        torch.testing.assert_close(r0["state"][k], v, rtol=1e-4, atol=1e-5, msg=k)
+        assert torch.equal(r0["state"][k], r1["state"][k]), k  # every rank holds the same weights
+    for k, v in want.items():
+        if k.startswith("time/"):
+            continue
+        assert r0["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-5, nan_ok=True), k  # nan: V = 0 at the start
+        assert r1["metrics"][k] == pytest.approx(r0["metrics"][k], rel=0, abs=0, nan_ok=True), k
+
+
+def test_two_rank_run_same_weights_and_resume(tiny_model_path, tmp_path):
+    out = tmp_path / "run"
+    _torchrun(["-m", "ppo_core.train", *_overrides(tiny_model_path, out, 2)], tmp_path)
+    assert (out / "step_2").is_dir() or (out / "final").is_dir()
+    assert not (out / ".rank1" / "step_1").exists()  # rank 0 alone writes checkpoints
+    _torchrun(["-m", "ppo_core.train", *_overrides(tiny_model_path, out, 3, "train.resume=auto")], tmp_path)
+    steps = [r["step"] for r in read_metrics(out) if "kl/to_ref" in r]
+    assert steps == [1, 2, 3]
+
+    ranks = json.loads((out / "ranks.json").read_text())  # every rank's sha256 of its final weights
+    assert ranks["world_size"] == 2 and len(set(ranks["weights"])) == 1
+    assert ranks["weights"][0] == weights_digest(ActorWithValueHead.from_pretrained(str(out / "final")))
+    step3 = [r for r in read_metrics(out) if r.get("step") == 3 and "kl/to_ref" in r]
+    step3_r1 = [r for r in read_metrics(out / ".rank1") if r.get("step") == 3 and "kl/to_ref" in r]
+    drop = lambda r: {k: v for k, v in r.items() if not k.startswith("time/")}  # noqa: E731
+    assert [drop(r) for r in step3] == [drop(r) for r in step3_r1]  # the global means, identical on both ranks
+    assert json.loads((out / "summary.json").read_text())
