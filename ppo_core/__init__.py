@@ -6,13 +6,13 @@ The layers, from the commands a user types down to the maths a learner derives:
     │ commands     train.py, evaluate.py: python -m ppo_core.train / ppo_core.evaluate │
     ├──────────────────────────────────────────────────────────────────────────────────┤
     │ run/         config (+ configs/*.yaml), setup, loop, resume, checkpoint, guards, │
-    │              fastpaths, metrics, evaluation, cli: what a run needs around a step │
+    │              fastpaths, precision, metrics, evaluation, cli: around a step       │
     ├──────────────────────────────────────────────────────────────────────────────────┤
     │ ch 05 loop   trainer (the algorithm box), update, rollout, model                 │
     ├──────────────────────────────────────────────────────────────────────────────────┤
-    │ tasks/       rewards, data (GSM8K), synthetic, tiny, warmstart                   │
+    │ tasks/       rewards, data (GSM8K), synthetic, tiny, warmstart, hub_model        │
     ├──────────────────────────────────────────────────────────────────────────────────┤
-    │ ch 01-04     logprobs, masking, kl, gae, losses: pure functions on tensors       │
+    │ ch 01-04, 07 logprobs, masking, kl, gae, losses, advantages: pure tensor math    │
     └──────────────────────────────────────────────────────────────────────────────────┘
     course tooling beside them: checks/ (exercise checkers, progress), widgets/ (figures)
     shared small helpers: utils (atomic writes, Hub error lines, show_source)
@@ -24,14 +24,16 @@ The layers, from the commands a user types down to the maths a learner derives:
 | ppo_core.masking    | 02      | the response mask and masked mean / var / whiten         |
 | ppo_core.kl         | 03      | per-token KL estimators k1, k2, k3; the KL controllers   |
 | ppo_core.gae        | 03      | per-token rewards and generalised advantage estimation   |
-| ppo_core.losses     | 04      | clipped policy loss, clipped value loss, entropy loss    |
+| ppo_core.losses     | 04, 07  | clipped policy loss, value loss, entropy loss; averaging |
 | ppo_core.model      | 05      | the actor with a linear value head; the frozen reference |
 | ppo_core.rollout    | 05      | sampling responses and scoring them                      |
 | ppo_core.update     | 05      | one PPO minibatch update                                 |
 | ppo_core.trainer    | 05      | the PPO step as the numbered algorithm box               |
+| ppo_core.reward_model | 06    | reward model: last-token score, Bradley-Terry loss, norm |
+| ppo_core.advantages | 07      | GRPO, RLOO, REINFORCE++ advantages; the KL as a loss     |
 | ppo_core.run        | 05      | config, setup, checkpoints, NaN guards, metrics, the CLI |
 | ppo_core.tasks      | 05      | rewards, GSM8K data, the synthetic task, the warm start  |
-| ppo_core.checks     | 01-05   | checkers for the exercises, the exercise table, progress |
+| ppo_core.checks     | 01-06   | checkers for the exercises, the exercise table, progress |
 | ppo_core.widgets    | 03-04   | the two interactive figures                              |
 
 Shape names used everywhere: B sequences, P prompt tokens, T response tokens, V vocabulary.

@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
+from .run.precision import autocast
+
 __all__ = [
     "ActorWithValueHead",
     "lm_logits",
@@ -34,11 +36,23 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+DROPOUT_ATTRIBUTES = ("dropout", "attention_dropout", "attn_dropout", "dropout_p", "hidden_dropout", "resid_dropout")
+"""Float attributes that attention modules copy from the config at init and pass to the attention kernel
+(Llama, Qwen2, Mistral: ``self.attention_dropout = config.attention_dropout``): the config alone is too late."""
+
+
 def disable_dropout(model: nn.Module) -> nn.Module:
-    """Set every dropout probability to 0: PPO's ratio must be 1 before the first update."""
+    """Set every dropout probability to 0: PPO's ratio must be 1 before the first update.
+
+    Three places hold one: ``nn.Dropout`` modules, float attributes that modules copied from the config
+    at init (``DROPOUT_ATTRIBUTES``), and the config itself (for modules built later).
+    """
     for module in model.modules():
         if isinstance(module, nn.Dropout):
             module.p = 0.0
+        for key in DROPOUT_ATTRIBUTES:
+            if isinstance(getattr(module, key, None), float):
+                setattr(module, key, 0.0)
     for key in (
         "dropout",
         "attention_dropout",
@@ -83,37 +97,48 @@ class ActorWithValueHead(nn.Module):
     """Policy (the LM) and critic (a linear value head) sharing one transformer trunk.
 
     ``forward(input_ids, attention_mask)`` returns ``(logits, values)``: (B, L, V) and (B, L), where
-    ``values[:, t]`` is the value of the state after tokens 0..t.
+    ``values[:, t]`` is the value of the state after tokens 0..t. With ``with_value_head=False`` there is
+    no critic: ``value_head`` is None and ``values`` comes back None.
     """
 
     logits_fn = staticmethod(lm_logits)
     """How ``forward`` runs the LM: ``lm_logits``; ``run.fastpaths.enable`` swaps in a faster equal one."""
 
-    def __init__(self, lm: nn.Module, value_head_init_std: float = 0.0):
+    def __init__(
+        self,
+        lm: nn.Module,
+        value_head_init_std: float = 0.0,
+        compute_dtype: torch.dtype | None = None,
+        with_value_head: bool = True,
+    ):
         super().__init__()
         self.lm = disable_dropout(lm)
-        hidden = lm.config.get_text_config().hidden_size
-        self.value_head = nn.Linear(hidden, 1, dtype=torch.float32)
-        nn.init.normal_(self.value_head.weight, std=value_head_init_std)  # std 0 gives zeros: V starts at 0
-        nn.init.zeros_(self.value_head.bias)
+        self.compute_dtype = compute_dtype  # bf16/fp16: the trunk's forward runs under autocast (weights as they are)
+        self.value_head = None  # the critic-free methods of chapter 07 (GRPO, RLOO, REINFORCE++) build none
+        if with_value_head:
+            hidden = lm.config.get_text_config().hidden_size
+            self.value_head = nn.Linear(hidden, 1, dtype=torch.float32)
+            nn.init.normal_(self.value_head.weight, std=value_head_init_std)  # std 0 gives zeros: V starts at 0
+            nn.init.zeros_(self.value_head.bias)
 
     @property
     def config(self):
         return self.lm.config
 
     @classmethod
-    def from_pretrained(cls, path_or_id: str, **lm_kwargs) -> "ActorWithValueHead":
+    def from_pretrained(cls, path_or_id: str, with_value_head: bool = True, **lm_kwargs) -> "ActorWithValueHead":
         """Load the LM with ``AutoModelForCausalLM.from_pretrained`` and, if saved beside it, the value head."""
-        actor = cls(AutoModelForCausalLM.from_pretrained(path_or_id, **lm_kwargs))
+        actor = cls(AutoModelForCausalLM.from_pretrained(path_or_id, **lm_kwargs), with_value_head=with_value_head)
         head = Path(path_or_id) / VALUE_HEAD_FILE
-        if head.is_file():
+        if with_value_head and head.is_file():
             actor.value_head.load_state_dict(torch.load(head, map_location="cpu", weights_only=True))
         return actor
 
     def save_pretrained(self, path) -> None:
         """Save the LM (loadable by ``AutoModelForCausalLM.from_pretrained``) and the value head beside it."""
         self.lm.save_pretrained(path)
-        torch.save(self.value_head.state_dict(), Path(path) / VALUE_HEAD_FILE)
+        if self.value_head is not None:
+            torch.save(self.value_head.state_dict(), Path(path) / VALUE_HEAD_FILE)
 
     def forward(self, input_ids, attention_mask, position_ids=None, keep: slice | None = None, past_key_values=None):
         """(B, L) ids -> logits (B, L', V) and values (B, L'), where L' = L, or the positions in ``keep``.
@@ -122,8 +147,11 @@ class ActorWithValueHead(nn.Module):
         positions only (the prompt's outputs are never used; skipping them saves time and memory).
         ``past_key_values``: a cache of earlier positions, as in ``lm_logits``.
         """
-        logits, hidden = self.logits_fn(self.lm, input_ids, attention_mask, position_ids, keep, past_key_values)
-        values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)  # (B, L')
+        with autocast(input_ids.device, self.compute_dtype):
+            logits, hidden = self.logits_fn(self.lm, input_ids, attention_mask, position_ids, keep, past_key_values)
+        if self.value_head is None:
+            return logits, None
+        values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)  # (B, L'), float32
         return logits, values
 
     def generate(self, *args, **kwargs):

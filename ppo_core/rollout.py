@@ -12,6 +12,7 @@ their task scores. (``run/fastpaths.py`` can let ``score`` reuse the prompt's ke
 ``generate``; that cache travels beside the rollout, never inside it.)
 """
 
+import contextlib
 import warnings
 from dataclasses import dataclass, field
 
@@ -21,8 +22,9 @@ from transformers import GenerationConfig
 from .logprobs import logprobs_from_logits, response_slice
 from .masking import response_mask
 from .model import lm_logits, position_ids_from_mask
+from .run.precision import autocast
 
-__all__ = ["Rollout", "tokenize_prompts", "sample", "score", "sampling_config", "complete"]
+__all__ = ["Rollout", "tokenize_prompts", "sample", "score", "sampling_config", "complete", "stop_token_ids"]
 
 
 @dataclass
@@ -37,7 +39,7 @@ class Rollout:
     completions: list = field(default_factory=list)  # decoded responses
     scores: torch.Tensor | None = None  # (B,) task score of each response (the trainer fills it in)
     logprobs: torch.Tensor | None = None  # (B, T) old policy, at the sampling temperature
-    values: torch.Tensor | None = None  # (B, T) old values
+    values: torch.Tensor | None = None  # (B, T) old values; None for an actor without a value head
     ref_logprobs: torch.Tensor | None = None  # (B, T) frozen reference
 
     @property
@@ -46,29 +48,100 @@ class Rollout:
         return response_slice(self.prompt_len, self.response_ids.shape[1])
 
 
-def sampling_config(tokenizer, max_new_tokens: int, temperature: float | None) -> GenerationConfig:
-    """Plain ancestral sampling from softmax(logits / temperature): no top-k, top-p or penalties.
+def stop_token_ids(lm, tokenizer) -> list[int]:
+    """Every id that ends a response: the tokenizer's EOS first, then the model's ``generation_config.eos_token_id``.
 
-    We replace the model's own generation config (chat models ship top_k / top_p / repetition
-    penalties), because PPO's logprobs must be those of the distribution that really sampled.
-    ``temperature=None`` means greedy decoding (for evaluation).
+    Chat checkpoints stop on more than one token (Qwen2.5-Instruct: ``<|im_end|>`` and ``<|endoftext|>``),
+    while their tokenizer names only one; asking the tokenizer alone would let a response run on past
+    the second one and count what follows.
+    """
+    ids = [tokenizer.eos_token_id]
+    extra = getattr(getattr(lm, "generation_config", None), "eos_token_id", None)
+    ids += extra if isinstance(extra, (list, tuple)) else [extra]
+    return list(dict.fromkeys(int(i) for i in ids if i is not None))
+
+
+def sampling_config(tokenizer, max_new_tokens: int, temperature: float | None, stop_ids=None) -> GenerationConfig:
+    """Plain ancestral sampling from softmax(logits / temperature): no top-k, top-p, penalties or bans.
+
+    Every field that changes which token is drawn is set, to its neutral value, because ``generate``
+    fills each field left unset from the model's own ``generation_config`` (transformers 5,
+    ``_prepare_generation_config``), and chat models ship top-k, top-p, a temperature and a repetition
+    penalty there. PPO's logprobs must be those of the distribution that really sampled. ``sample``
+    also hides the model's own config during the call (``_own_generation_config``).
+    ``temperature=None`` means greedy decoding (for evaluation). ``stop_ids``: every EOS id
+    (``stop_token_ids``); default the tokenizer's one.
     """
     greedy = temperature is None
+
+    def warper(neutral):  # the warpers act only when sampling; greedy leaves them unset (no warnings)
+        return None if greedy else neutral
+
     return GenerationConfig(
         do_sample=not greedy,
-        temperature=None if greedy else temperature,
-        top_k=None if greedy else 0,
-        top_p=None if greedy else 1.0,
+        temperature=warper(temperature),
+        top_k=warper(0),
+        top_p=warper(1.0),
+        min_p=None,
+        typical_p=warper(1.0),
+        epsilon_cutoff=warper(0.0),
+        eta_cutoff=warper(0.0),
+        top_h=None,
+        repetition_penalty=1.0,
+        encoder_repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        encoder_no_repeat_ngram_size=0,
+        length_penalty=1.0,
+        bad_words_ids=None,
+        sequence_bias=None,
+        suppress_tokens=None,
+        begin_suppress_tokens=None,
+        forced_bos_token_id=None,
+        forced_eos_token_id=None,
+        exponential_decay_length_penalty=None,
+        renormalize_logits=False,
+        remove_invalid_values=False,
+        guidance_scale=None,
+        watermarking_config=None,
+        num_beams=1,
+        num_return_sequences=1,
+        min_length=0,
+        min_new_tokens=None,
         max_new_tokens=max_new_tokens,
+        stop_strings=None,
         pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        eos_token_id=list(stop_ids) if stop_ids else tokenizer.eos_token_id,
         bos_token_id=tokenizer.bos_token_id,
     )
 
 
+@contextlib.contextmanager
+def _own_generation_config(lm, gen_cfg: GenerationConfig):
+    """Make ``gen_cfg`` the model's generation config for the call: ``generate`` then has nothing else to merge."""
+    saved = lm.generation_config
+    lm.generation_config = gen_cfg
+    try:
+        yield gen_cfg
+    finally:
+        lm.generation_config = saved
+
+
+def _adds_bos(tokenizer) -> bool:
+    """Whether encoding with ``add_special_tokens=True`` puts a BOS in front."""
+    bos = tokenizer.bos_token_id
+    return bos is not None and tokenizer("", add_special_tokens=True)["input_ids"][:1] == [bos]
+
+
 def tokenize_prompts(tokenizer, prompts: list[str], max_prompt_len: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded prompt ids and attention mask, (B, P) each; prompts over the limit lose their start."""
+    """Left-padded prompt ids and attention mask, (B, P) each; prompts over the limit lose their start.
+
+    Exactly one BOS, if the tokenizer adds one: a prompt from a chat template that already starts with it
+    (Llama 3's does) is not given a second.
+    """
     tokenizer.padding_side, tokenizer.truncation_side = "left", "left"
+    if _adds_bos(tokenizer):  # a chat template that writes BOS itself: the tokenizer adds it again, so drop one
+        bos = tokenizer.bos_token
+        prompts = [p[len(bos) :] if p.startswith(bos) else p for p in prompts]
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=True)
     if enc["input_ids"].shape[1] > max_prompt_len:
         n = int((enc["attention_mask"].sum(1) > max_prompt_len).sum())
@@ -97,31 +170,40 @@ def sample(
     max_prompt_len: int = 512,
     batch_size: int = 0,
     prompt_cache=None,
+    dtype: torch.dtype | None = None,
 ) -> Rollout:
     """Generate one response per prompt (``temperature=None``: greedy). Returns a Rollout without scores.
 
+    The draw depends on the arguments only, never on ``lm.generation_config`` (see ``sampling_config``);
+    a response ends at the first of ``stop_token_ids`` (the model's EOS ids and the tokenizer's).
     ``batch_size``: prompts per ``generate`` call (0: all at once). ``prompt_cache``: a
-    ``run.fastpaths.PromptCache`` that keeps generate's key/value caches for ``score`` (None: keep none).
+    ``run.fastpaths.PromptCache`` that keeps generate's key/value caches for ``score`` (None: keep none;
+    it keeps them for float32 compute only). ``dtype``: the compute dtype (bf16/fp16 run ``generate``
+    under autocast; None or float32: as the weights are).
     """
     device = next(lm.parameters()).device
     ids, attn = tokenize_prompts(tokenizer, prompts, max_prompt_len, device)  # (B, P)
     P = ids.shape[1]
-    gen_cfg = sampling_config(tokenizer, max_new_tokens, temperature)
+    stops = stop_token_ids(lm, tokenizer)
+    gen_cfg = sampling_config(tokenizer, max_new_tokens, temperature, stops)
     gen_cfg.return_dict_in_generate = True
     chunks = []
     step = batch_size or len(prompts)
-    for i in range(0, len(prompts), step):
-        out = lm.generate(input_ids=ids[i : i + step], attention_mask=attn[i : i + step], generation_config=gen_cfg)
-        chunks.append(out.sequences[:, P:])  # (b, T_i) generate pads finished rows with pad_token_id
-        if prompt_cache is not None:
-            prompt_cache.keep(lm, i, out)
+    with autocast(device, dtype), _own_generation_config(lm, gen_cfg):
+        for i in range(0, len(prompts), step):
+            out = lm.generate(input_ids=ids[i : i + step], attention_mask=attn[i : i + step], generation_config=gen_cfg)
+            chunks.append(out.sequences[:, P:])  # (b, T_i) generate pads finished rows with pad_token_id
+            if prompt_cache is not None:
+                prompt_cache.keep(lm, i, out)
     T = max(c.shape[1] for c in chunks)
     response = torch.cat(
         [torch.nn.functional.pad(c, (0, T - c.shape[1]), value=tokenizer.pad_token_id) for c in chunks]
     )
     # generate pads a row only after its EOS, so every token up to the first EOS was sampled and
-    # counts, even one that happens to be the pad id (pad_token_id=-1 matches nothing).
-    mask = response_mask(response, tokenizer.eos_token_id, pad_token_id=-1)  # (B, T)
+    # counts, even one that happens to be the pad id (pad_token_id=-1 matches nothing). Every stop id
+    # is mapped to the first one for the mask.
+    stop = torch.isin(response, torch.tensor(stops, device=response.device))
+    mask = response_mask(torch.where(stop, stops[0], response), stops[0], pad_token_id=-1)  # (B, T)
     T = int(mask.any(0).nonzero().max()) + 1 if mask.any() else 1  # drop columns no row uses
     response, mask = response[:, :T], mask[:, :T]
     completions = tokenizer.batch_decode(torch.where(mask, response, tokenizer.pad_token_id), skip_special_tokens=True)
@@ -144,23 +226,36 @@ def complete(
     max_prompt_len: int = 512,
     batch_size: int = 256,
     seed: int | None = None,
+    dtype: torch.dtype | None = None,
 ) -> list[str]:
     """The decoded response to each prompt (``temperature=None``: greedy), ``batch_size`` prompts per ``sample``.
 
     For evaluation: runs in eval mode (restored after), and with a ``seed`` inside a forked RNG, so it
-    is reproducible and leaves the global RNG where it was.
+    is reproducible and leaves the run's randomness where it was. The fork saves and restores the CPU
+    generator and, for a model on a GPU, that GPU's generator, and only those two are seeded
+    (``torch.manual_seed`` would reseed every GPU, which a CPU-only fork would not restore).
+    ``dtype``: the compute dtype, as in ``sample``.
     """
     was_training, texts = lm.training, []
     lm.eval()
-    with torch.random.fork_rng(devices=[], enabled=seed is not None):
+    device = next(lm.parameters()).device
+    gpus = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=gpus, enabled=seed is not None):
         if seed is not None:
-            torch.manual_seed(seed)
+            torch.default_generator.manual_seed(seed)
+            if gpus:
+                with torch.cuda.device(gpus[0]):
+                    torch.cuda.manual_seed(seed)  # the model's GPU only
         for i in range(0, len(prompts), batch_size):
-            texts += sample(
-                lm, tokenizer, prompts[i : i + batch_size], max_new_tokens, temperature, max_prompt_len
-            ).completions
+            chunk = prompts[i : i + batch_size]
+            texts += sample(lm, tokenizer, chunk, max_new_tokens, temperature, max_prompt_len, dtype=dtype).completions
     lm.train(was_training)
     return texts
+
+
+def _cat_values(values: list) -> torch.Tensor | None:
+    """The chunks' values as one float32 (B, T) tensor, or None for an actor without a value head."""
+    return None if values[0] is None else torch.cat(values).float()
 
 
 @torch.inference_mode()
@@ -179,9 +274,9 @@ def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int, promp
         if cached is None:
             logits, v = actor(ids, attn, pos, keep=ro.keep)  # (b, T, V), (b, T)
             logprobs.append(logprobs_from_logits(logits, tokens, temperature))
-            values.append(v.float())
+            values.append(v)
         ref_logits, _ = lm_logits(ref_lm, ids, attn, pos, keep=ro.keep)
         ref_logprobs.append(logprobs_from_logits(ref_logits, tokens, temperature))
-    ro.logprobs, ro.values = cached if cached is not None else (torch.cat(logprobs), torch.cat(values))
+    ro.logprobs, ro.values = cached if cached is not None else (torch.cat(logprobs), _cat_values(values))
     ro.ref_logprobs = torch.cat(ref_logprobs)
     return ro

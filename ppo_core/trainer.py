@@ -9,6 +9,10 @@
     5. update       ppo_epochs passes over shuffled minibatches                   (update.minibatch_update)
     6. KL control   adapt kl_coef to the measured KL to the reference             (kl.AdaptiveKLController)
 
+Chapter 07's switches (``algo.*``, ``rollout.group_size``) change steps 1, 3, 4 and 5 only: G samples per
+prompt; the KL in the reward or in the loss; a critic-free advantage (``advantages.outcome_advantages``)
+instead of GAE, with no value head at all; how the per-token policy losses are averaged.
+
 The trainer is the only stateful piece: model, reference, optimizer, KL controller, step counter.
 What a real run needs around the step lives in ``ppo_core.run``: building the pieces (``setup``),
 checkpoints and resume (``resume``), NaN guards (``guards``), the run loop with its signal handling
@@ -21,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from .advantages import outcome_advantages
 from .gae import compute_gae, token_rewards
 from .kl import kl_penalty
 from .masking import masked_mean, masked_whiten
@@ -35,12 +40,15 @@ from .run.setup import (
     build_optimizer,
     fit_prompt_len,
     load_models,
+    load_reward_model,
     load_task,
     resolve_device,
     seed_everything,
     update_hparams,
+    uses_critic,
 )
 from .tasks.data import build_prompt
+from .tasks.preferences import gold_reward
 from .update import minibatch_update
 
 __all__ = ["PPOTrainer", "StepRecord"]
@@ -52,9 +60,9 @@ class StepRecord:
 
     kl: torch.Tensor  # per-token KL penalty estimate (ppo.kl_estimator), log pi_old - log pi_ref for k1
     rewards: torch.Tensor  # step 3: -kl_coef * kl on every token, plus the task score on the last one
-    advantages_raw: torch.Tensor  # step 4: GAE advantages before whitening
+    advantages_raw: torch.Tensor  # step 4: GAE advantages before whitening (critic-free: the advantages)
     advantages: torch.Tensor  # after whitening (the same tensor if ppo.whiten_advantages is off)
-    returns: torch.Tensor  # advantages_raw + old values: the value head's targets
+    returns: torch.Tensor | None  # advantages_raw + old values: the value head's targets (None without a critic)
     schedule: list  # step 5: per epoch, the minibatches' row indices (tensors) in the order they were used
     kl_coef_used: float  # the coefficient of step 3
     kl_for_controller: float  # step 6: sum over response tokens of k1, mean over sequences
@@ -78,6 +86,8 @@ class PPOTrainer:
         recover_interrupted_saves(self.out)
         self.resumed_from = resume.resume_path(cfg)  # every check that can refuse the run comes first
         self.train_records, self.test_records, self.reward_fn, self.correct_fn = load_task(cfg)
+        self.reward_model = load_reward_model(cfg, self.device)  # reward.type=model (chapter 06); None: the rule
+        self.critic = uses_critic(cfg)  # False for GRPO, RLOO, REINFORCE++ (chapter 07): no value head is built
         self.actor, self.ref, self.tokenizer, self.init_path = load_models(cfg, self.device)
         fit_prompt_len(cfg, self.actor.lm)
         if cfg.train.fast_paths:  # same numbers up to float rounding, less work (run/fastpaths.py)
@@ -94,14 +104,17 @@ class PPOTrainer:
     def prompt_batch(self, step: int) -> list[dict]:
         """The records of PPO step ``step`` (1-based): a fresh seeded permutation each pass over the data.
 
-        A pure function of the step, so restoring the step count restores the data position.
+        A pure function of the step, so restoring the step count restores the data position. With
+        ``rollout.group_size`` G > 1 the step takes batch_size / G prompts and repeats each G times in a
+        row (rows [kG, kG + G) share prompt k), so every step still samples batch_size episodes.
         """
-        n, b = len(self.train_records), self.cfg.rollout.batch_size
+        G = self.cfg.rollout.group_size
+        n, b = len(self.train_records), self.cfg.rollout.batch_size // G
         out = []
         for i in range((step - 1) * b, step * b):
             epoch, j = divmod(i, n)
             perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.cfg.train.seed * 100_003 + epoch))
-            out.append(self.train_records[int(perm[j])])
+            out += [self.train_records[int(perm[j])]] * G
         return out
 
     def prompts(self, records: list[dict]) -> list[str]:
@@ -134,6 +147,7 @@ class PPOTrainer:
                 cfg.data.max_prompt_len,
                 cfg.rollout.generation_batch_size,
                 prompt_cache=cache,
+                dtype=self.actor.compute_dtype,
             )
         except RuntimeError as err:  # torch.multinomial on NaN/inf probabilities
             diagnosis = guards.sampling_failed(err, n, self.out)
@@ -142,23 +156,51 @@ class PPOTrainer:
             raise diagnosis from None
         t1 = time.perf_counter()
         score(self.actor, self.ref, ro, cfg.rollout.temperature, cfg.ppo.minibatch_size, cache)  # 2. score
-        ro.scores = torch.tensor(
-            [self.reward_fn(c, r["answer"]) for c, r in zip(ro.completions, records)], device=self.device
-        )
+        ro.scores = self.sequence_scores(records, ro.completions)
         guards.check_rollout(ro, n, self.out)
         self.times = {"time/rollout": t1 - t0, "time/score": time.perf_counter() - t1}
         return ro
 
+    def sequence_scores(self, records: list[dict], completions: list[str]) -> torch.Tensor:
+        """The score of each response, (B,): the task's rule, or the frozen reward model on prompt + response.
+
+        The reward model (``reward.type=model``, chapter 06) reads the decoded ``prompt + completion`` once
+        per rollout, in eval mode with no gradient, and returns scores normalised on the starting policy's
+        samples.
+        """
+        if self.reward_model is None:
+            scores = [self.reward_fn(c, r["answer"]) for c, r in zip(completions, records)]
+            return torch.tensor(scores, device=self.device)
+        texts = [prompt + c for prompt, c in zip(self.prompts(records), completions)]
+        return self.reward_model.score_texts(texts).to(self.device)
+
+    def reward_model_metrics(self, records: list[dict], completions: list[str]) -> dict:
+        """With a learned reward: the rule's score and (synthetic task) the gold reward of the same responses."""
+        if self.reward_model is None:
+            return {}
+        rule = [self.reward_fn(c, r["answer"]) for c, r in zip(completions, records)]
+        out = {"rollout/rule_reward": sum(rule) / max(len(rule), 1)}
+        if self.cfg.data.task == "synthetic":
+            coef = self.cfg.reward.gold_length_coef
+            gold = [gold_reward(c, r["answer"], coef) for c, r in zip(completions, records)]
+            out["rollout/gold_reward"] = sum(gold) / max(len(gold), 1)
+        return out
+
     def learn(self, ro: Rollout) -> dict:
         """Steps 3-6 on a scored rollout; returns the update's and the KL's metrics, keeps ``last_step``."""
-        p, t0 = self.cfg.ppo, time.perf_counter()
-        kl_coef = self.kl_ctl.value
+        p, a, t0 = self.cfg.ppo, self.cfg.algo, time.perf_counter()
+        kl_coef = self.kl_ctl.value if a.use_kl_in_reward else 0.0  # GRPO puts the KL in the loss instead
         # 3. rewards: the task score on the last token, a KL penalty against the reference on every token
         kl = kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator)  # (B, T)
         rewards = token_rewards(ro.scores, kl, ro.mask, kl_coef)
-        # 4. advantages (raw) and returns, then whitening over the whole batch
-        advantages_raw, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam)
-        advantages = masked_whiten(advantages_raw, ro.mask) if p.whiten_advantages else advantages_raw
+        # 4. advantages: GAE with the critic, then whitening over the whole batch; or a critic-free baseline
+        if self.critic:
+            advantages_raw, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam)
+            advantages = masked_whiten(advantages_raw, ro.mask) if p.whiten_advantages else advantages_raw
+        else:  # GRPO / RLOO (groups of rollout.group_size) or REINFORCE++ (the batch), chapter 07
+            G, norm = self.cfg.rollout.group_size, a.norm_adv_by_std_in_grpo
+            advantages_raw = advantages = outcome_advantages(a.adv_estimator, rewards, ro.mask, G, p.gamma, norm)
+            returns = None
         # 5. update: ppo_epochs passes over shuffled minibatches
         self.actor.train()
         stats, schedule = self.update(ro, advantages, returns)
@@ -168,11 +210,12 @@ class PPOTrainer:
         self.kl_ctl.update(kl_to_ref, ro.input_ids.shape[0])
         self.last_step = StepRecord(kl, rewards, advantages_raw, advantages, returns, schedule, kl_coef, kl_to_ref)
         self.times["time/update"] = time.perf_counter() - t0
-        self.times["time/step"] = sum(self.times[k] for k in ("time/rollout", "time/score", "time/update"))
+        # learn also runs on a rollout that collect did not time (tests, a rollout built by hand)
+        self.times["time/step"] = sum(self.times.get(k, 0.0) for k in ("time/rollout", "time/score", "time/update"))
         return {
             "kl/to_ref": kl_to_ref,
             "kl/coef": kl_coef,
-            "value/explained_variance": explained_variance(ro.values, returns, ro.mask),
+            **({"value/explained_variance": explained_variance(ro.values, returns, ro.mask)} if self.critic else {}),
             **stats,
         }
 
@@ -192,7 +235,9 @@ class PPOTrainer:
             "old_values": ro.values,
             "advantages": advantages,
             "returns": returns,
+            "ref_logprobs": ro.ref_logprobs if self.cfg.algo.use_kl_loss else None,
         }
+        data = {key: v for key, v in data.items() if v is not None}  # no critic: no values, no returns
         schedule, applied, skipped = [], [], []
         for epoch in range(p.ppo_epochs):
             order = torch.randperm(ro.input_ids.shape[0], generator=self.shuffle_gen).split(p.minibatch_size)

@@ -3,10 +3,12 @@
 logits, values = actor(prompt + response)                  one forward for both heads
 logprobs = log softmax(logits / temperature)[response]     chapter 01
 loss = policy_loss + vf_coef * value_loss + ent_coef * entropy_loss     chapter 04
+     (+ kl_loss_coef * KL to the reference, without the value loss for a critic-free method: chapter 07)
 """
 
 import torch
 
+from .advantages import kl_loss
 from .logprobs import logprobs_from_logits
 from .losses import entropy_loss, policy_loss, value_loss
 from .model import position_ids_from_mask
@@ -19,34 +21,56 @@ class RatioCheckError(RuntimeError):
 
 
 def ppo_loss(
-    actor, mb: dict, clip_eps: float, vf_clip_eps: float, vf_coef: float, ent_coef: float, temperature: float
+    actor,
+    mb: dict,
+    clip_eps: float,
+    vf_clip_eps: float,
+    vf_coef: float,
+    ent_coef: float,
+    temperature: float,
+    loss_agg_mode: str = "token-mean",
+    kl_loss_coef: float = 0.0,
+    kl_loss_type: str = "k3",
+    loss_norm_len: int | None = None,
 ) -> tuple[torch.Tensor, dict]:
     """The combined PPO loss on one (micro-)batch. ``mb`` holds the rollout tensors for its rows.
 
     mb keys: input_ids, attention_mask (B, P+T); response_ids, mask, old_logprobs, old_values,
-    advantages, returns (B, T); keep: the slice [P-1 : P+T-1].
+    advantages, returns (B, T); keep: the slice [P-1 : P+T-1]. Chapter 07's switches: an actor
+    without a value head (no value loss; old_values and returns are then not read),
+    ``loss_agg_mode`` (with ``loss_norm_len``, the constant T_max of seq-mean-token-sum-norm) for the policy
+    loss, and ``kl_loss_coef`` > 0 adds the KL to the reference (``mb["ref_logprobs"]``, estimator
+    ``kl_loss_type``) to the loss.
     """
     pos = position_ids_from_mask(mb["attention_mask"])
     logits, values = actor(mb["input_ids"], mb["attention_mask"], pos, keep=mb["keep"])  # (B, T, V), (B, T)
     logprobs = logprobs_from_logits(logits, mb["response_ids"], temperature)  # (B, T)
     mask = mb["mask"]
-    pg_loss, pg_stats = policy_loss(logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps)
-    vf_loss, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_clip_eps)
+    agg = {} if loss_agg_mode == "token-mean" else {"loss_agg_mode": loss_agg_mode, "norm_len": loss_norm_len}
+    pg_loss, pg_stats = policy_loss(logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps, **agg)
+    loss, extra = pg_loss, {}
+    if values is not None:
+        vf_loss, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_clip_eps)
+        loss = loss + vf_coef * vf_loss
+        extra.update({"value/loss": vf_loss.item(), "value/clipfrac": vf_stats["clipfrac"]})
+    if kl_loss_coef > 0:
+        kl_term, _ = kl_loss(logprobs, mb["ref_logprobs"], mask, kl_loss_type, loss_agg_mode, loss_norm_len)
+        loss = loss + kl_loss_coef * kl_term
+        extra["kl/loss"] = kl_term.item()
     if ent_coef != 0:
         ent_loss, ent_stats = entropy_loss(logits, mask, temperature)
     else:  # only logged: no graph through the (B, T, V) softmax, which is large for a real vocabulary
         with torch.no_grad():
             ent_loss, ent_stats = entropy_loss(logits, mask, temperature)
-    loss = pg_loss + vf_coef * vf_loss + ent_coef * ent_loss
+    loss = loss + ent_coef * ent_loss
     with torch.no_grad():
         max_log_ratio = (logprobs - mb["old_logprobs"]).abs().masked_fill(~mask, 0).max().item()
     stats = {
         "policy/loss": pg_loss.item(),
-        "value/loss": vf_loss.item(),
+        **extra,  # value/loss and value/clipfrac with a critic, kl/loss with the KL in the loss
         "policy/entropy_loss": ent_loss.item(),
         "loss/total": loss.item(),
         "policy/clipfrac": pg_stats["clipfrac"],
-        "value/clipfrac": vf_stats["clipfrac"],
         "policy/approx_kl": pg_stats["approx_kl"],
         "policy/ratio_mean": pg_stats["ratio_mean"],
         "policy/entropy": ent_stats["entropy"],

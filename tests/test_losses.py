@@ -7,7 +7,7 @@ import reference_impls as ref
 import torch
 from torch.testing import assert_close
 
-from ppo_core.losses import entropy_loss, policy_loss, value_loss
+from ppo_core.losses import LOSS_AGG_MODES, aggregate_loss, entropy_loss, policy_loss, value_loss
 
 SHAPES = [(1, 1), (2, 5), (4, 9), (6, 3)]  # (B, T)
 DTYPES = [torch.float32, torch.float64]
@@ -292,3 +292,62 @@ def test_entropy_loss_masked_positions_never_matter(kind):
     loss2, stats2 = entropy_loss(ref.fill_masked(logits, mask, gen), mask)
     assert_close(loss2, loss, rtol=0, atol=0)
     assert stats2 == stats
+
+
+# ---- loss aggregation (chapter 07) -----------------------------------------------------------------
+
+
+def _naive_aggregate(loss_mat, mask, mode, norm_len=None):
+    L, M = loss_mat.double().tolist(), mask.tolist()
+    rows = [[v for v, m in zip(lr, mr) if m] for lr, mr in zip(L, M)]
+    if mode == "token-mean":
+        flat = [v for r in rows for v in r]
+        return math.fsum(flat) / len(flat) if flat else 0.0
+    if mode == "seq-mean-token-mean":
+        means = [math.fsum(r) / len(r) for r in rows if r]
+        return math.fsum(means) / len(means) if means else 0.0
+    return math.fsum(v for r in rows for v in r) / (len(rows) * (norm_len or len(M[0])))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", MASK_KINDS)
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_aggregate_loss_matches_naive_loop_and_ignores_masked_entries(shape, dtype, kind, mode):
+    gen = torch.Generator().manual_seed(7)
+    mask = ref.MASK_KINDS[kind](*shape, gen)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
+    want = torch.tensor(_naive_aggregate(x, mask, mode), dtype=dtype)
+    assert_close(aggregate_loss(ref.fill_masked(x, mask, gen), mask, mode), want)
+    assert_close(aggregate_loss(x, mask, "seq-mean-token-sum-norm", norm_len=50), x[mask].sum() / (shape[0] * 50))
+
+
+def test_policy_loss_aggregates_its_per_token_terms_with_the_chosen_mode():
+    logprobs, old, adv, mask, _ = _policy_case((4, 9), torch.float64, "prefix")
+    per_token = torch.maximum(-adv * (logprobs - old).exp(), -adv * (logprobs - old).exp().clamp(0.8, 1.2))
+    default, stats = policy_loss(logprobs, old, adv, mask)
+    for mode in LOSS_AGG_MODES:
+        loss, mode_stats = policy_loss(logprobs, old, adv, mask, loss_agg_mode=mode)
+        assert_close(loss, aggregate_loss(per_token, mask, mode))
+        assert mode_stats == stats  # the logged stats are token means whatever the mode
+    assert_close(default, policy_loss(logprobs, old, adv, mask, loss_agg_mode="token-mean")[0])
+    with pytest.raises(ValueError, match="seq-mean-token-mean"):
+        policy_loss(logprobs, old, adv, mask, loss_agg_mode="seq-mean")
+
+
+def test_length_bias_of_each_aggregation_mode():
+    """Two responses with the same advantage, 2 and 8 tokens long (T_max 8): the weight each token gets."""
+    mask = torch.tensor([[1] * 2 + [0] * 6, [1] * 8], dtype=torch.bool)
+    weights = {}
+    for mode in LOSS_AGG_MODES:
+        x = torch.zeros(2, 8, requires_grad=True)
+        aggregate_loss(x, mask, mode).backward()
+        weights[mode] = (x.grad[0, 0].item(), x.grad[1, 0].item())  # a short-response token, a long-response token
+    assert weights["token-mean"] == pytest.approx((1 / 10, 1 / 10))  # per token equal: long responses weigh 4x
+    assert weights["seq-mean-token-mean"] == pytest.approx((1 / 4, 1 / 16))  # a short response's token weighs 4x
+    assert weights["seq-mean-token-sum-norm"] == pytest.approx((1 / 16, 1 / 16))  # equal, and fixed by T_max
+    # the same responses with every length doubled (T_max 16): only the constant normaliser keeps per-token weights
+    mask2 = torch.tensor([[1] * 4 + [0] * 12, [1] * 16], dtype=torch.bool)
+    x = torch.zeros(2, 16, requires_grad=True)
+    aggregate_loss(x, mask2, "seq-mean-token-sum-norm", norm_len=8).backward()
+    assert x.grad[0, 0].item() == pytest.approx(1 / 16)

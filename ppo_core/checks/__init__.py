@@ -13,3 +13,5 @@ from .ch02_masking import *  # noqa: F401,F403
 from .ch03_gae import *  # noqa: F401,F403
 from .ch04_losses import *  # noqa: F401,F403
 from .ch05_loop import *  # noqa: F401,F403
+from .ch06_reward import *  # noqa: F401,F403
+from .ch07_algos import *  # noqa: F401,F403

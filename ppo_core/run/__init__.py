@@ -10,6 +10,9 @@
 | run.guards          | NaN guards: ``NonFiniteError`` and the checks that raise it            |
 | run.fastpaths       | speed paths with the same numbers (``train.fast_paths``)               |
 | run.metrics         | metrics log (JSONL, TensorBoard, W&B) and the dashboard figure         |
+| run.precision       | mixed precision: float32 weights, bf16/fp16 autocast; in-place loads   |
 | run.evaluation      | held-out accuracy of a model or a checkpoint                           |
 | run.cli             | ``python -m ppo_core.train`` and ``python -m ppo_core.evaluate``       |
+| run.rm              | ``python -m ppo_core.train_rm``: the reward model's config and run     |
+| run.overoptimisation | PPO against a learned reward: proxy, gold and sqrt(KL) per step      |
 """

@@ -15,7 +15,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 __all__ = ["Config", "load_config", "ConfigError", "PRESETS", "validate"]
 
-PRESETS = ("cpu", "cuda")
+PRESETS = ("cpu", "cuda", "cpu-grpo", "cpu-drgrpo", "cpu-rloo", "cpu-reinforcepp")
 
 
 @dataclass
@@ -84,13 +84,16 @@ class DataConfig:
 @dataclass
 class RolloutConfig:
     batch_size: int = 128
-    """Prompts sampled per PPO step (one rollout batch)."""
+    """Sequences (episodes) sampled per PPO step, one rollout batch: batch_size / group_size prompts x group_size."""
     max_new_tokens: int = 24
     """Response length limit T."""
     temperature: float = 1.0
     """Sampling temperature; the PPO logprobs use the same one."""
     generation_batch_size: int = 0
     """Prompts per generate call (0 = the whole rollout batch at once)."""
+    group_size: int = 1
+    """Samples per prompt G (chapter 07): each step draws batch_size / G prompts and samples each G times, so
+    batch_size stays the number of episodes per step. algo.adv_estimator grpo and rloo need G >= 2."""
 
 
 @dataclass
@@ -133,6 +136,34 @@ class PPOConfig:
     """Adaptive controller horizon, in sequences."""
     whiten_advantages: bool = True
     """Normalise advantages over the whole batch."""
+
+
+@dataclass
+class AlgoConfig:
+    """Which member of the PPO family runs (chapter 07). The defaults are PPO as chapters 03-05 build it;
+    the presets cpu-grpo, cpu-drgrpo, cpu-rloo and cpu-reinforcepp change a few of these (names as in veRL)."""
+
+    adv_estimator: str = "gae"
+    """'gae': a learned critic (the value head) and GAE, PPO (Schulman et al. 2017); 'grpo': score minus the mean
+    of the prompt's group of rollout.group_size samples, over the group's std (Shao et al. 2024, DeepSeekMath);
+    'rloo': score minus the mean of the prompt's other samples (Ahmadian et al. 2024); 'reinforce_plus_plus':
+    the discounted return of the KL-penalised reward, whitened over the batch (Hu 2025, REINFORCE++). All but
+    'gae' build no value head and train no critic."""
+    norm_adv_by_std_in_grpo: bool = True
+    """grpo: divide by the group's std (GRPO); false keeps score minus group mean (Dr. GRPO, Liu et al. 2025,
+    "Understanding R1-Zero-Like Training")."""
+    use_kl_in_reward: bool = True
+    """Put -ppo.kl_coef * KL (ppo.kl_estimator) in every token's reward, as PPO for RLHF does (Ziegler et al. 2019)."""
+    use_kl_loss: bool = False
+    """Add kl_loss_coef * KL (kl_loss_type) to the policy loss instead, as GRPO does (Shao et al. 2024)."""
+    kl_loss_coef: float = 0.04
+    """Weight of the KL loss term (GRPO's beta; 0.04 in DeepSeekMath)."""
+    kl_loss_type: str = "k3"
+    """KL estimator differentiated in the loss: k3 (GRPO's; its gradient is that of KL(pi_ref || pi)), k2 (its
+    gradient is exactly that of KL(pi || pi_ref)) or k1 (no gradient in expectation). Chapter 07 shows all three."""
+    loss_agg_mode: str = "token-mean"
+    """How per-token policy losses are averaged: token-mean (PPO), seq-mean-token-mean (GRPO) or
+    seq-mean-token-sum-norm (sum over tokens / (sequences x rollout.max_new_tokens); Dr. GRPO, Liu et al. 2025)."""
 
 
 @dataclass
@@ -181,13 +212,27 @@ class TrainConfig:
 
 
 @dataclass
+class RewardConfig:
+    """Where the sequence score comes from (chapter 06): the task's rule, or a learned reward model."""
+
+    type: str = "rule"
+    """'rule': the task's reward (chapter 05); 'model': a reward model trained by python -m ppo_core.train_rm."""
+    path: str = ""
+    """With type=model: the reward model's folder (e.g. outputs/rm/final); frozen, scores normalised."""
+    gold_length_coef: float = 0.05
+    """With type=model on the synthetic task: the length charge of the gold reward logged as rollout/gold_reward."""
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
 
 
 class ConfigError(ValueError):
@@ -313,6 +358,13 @@ def validate(c: Config) -> None:
     from .setup import DEVICES, DTYPES, OPTIMIZERS, TASKS
 
     p, r = c.ppo, c.rollout
+    _check(c.reward.type in ("rule", "model"), f"reward.type must be rule or model, got {c.reward.type!r}")
+    if c.reward.type == "model":
+        _check(
+            (Path(c.reward.path).expanduser() / "config.json").is_file(),
+            f"reward.type=model needs reward.path, a reward-model folder (train one with python -m ppo_core.train_rm"
+            f" and pass its final/); {c.reward.path or 'no path'!r} holds no config.json",
+        )
     _check(p.clip_eps > 0, f"ppo.clip_eps must be > 0, got {p.clip_eps}")
     _check(p.vf_clip_eps > 0, f"ppo.vf_clip_eps must be > 0, got {p.vf_clip_eps}")
     _check(0 <= p.lam <= 1, f"ppo.lam must be in [0, 1], got {p.lam}")
@@ -348,6 +400,7 @@ def validate(c: Config) -> None:
     _check(p.max_grad_norm >= 0, f"ppo.max_grad_norm must be >= 0 (0 = no clipping), got {p.max_grad_norm}")
     _check(p.weight_decay >= 0, f"ppo.weight_decay must be >= 0, got {p.weight_decay}")
     _check(p.kl_target > 0 and p.kl_horizon >= 1, "ppo.kl_target must be > 0 and ppo.kl_horizon >= 1")
+    _validate_algo(c)
     t = c.train
     _check(t.steps >= 0, f"train.steps must be >= 0, got {t.steps}")
     _check(t.keep_last >= 1, f"train.keep_last must be >= 1, got {t.keep_last}")
@@ -356,4 +409,29 @@ def validate(c: Config) -> None:
         _check(getattr(t, key) >= 0, f"train.{key} must be >= 0, got {getattr(t, key)}")
     _check(
         0 <= c.warmstart.answer_noise <= 1, f"warmstart.answer_noise must be in [0, 1], got {c.warmstart.answer_noise}"
+    )
+
+
+def _validate_algo(c: Config) -> None:
+    """The chapter 07 switches: known names, and groups that fit the batch."""
+    from ..advantages import ADV_ESTIMATORS
+    from ..kl import KL_ESTIMATORS
+    from ..losses import LOSS_AGG_MODES
+
+    a, r = c.algo, c.rollout
+    for key, value, allowed in (
+        ("adv_estimator", a.adv_estimator, ADV_ESTIMATORS),
+        ("kl_loss_type", a.kl_loss_type, KL_ESTIMATORS),
+        ("loss_agg_mode", a.loss_agg_mode, LOSS_AGG_MODES),
+    ):
+        _check(value in allowed, f"algo.{key} must be one of {', '.join(allowed)}, got {value!r}")
+    _check(a.kl_loss_coef >= 0, f"algo.kl_loss_coef must be >= 0, got {a.kl_loss_coef}")
+    _check(r.group_size >= 1, f"rollout.group_size must be >= 1, got {r.group_size}")
+    _check(
+        a.adv_estimator not in ("grpo", "rloo") or r.group_size >= 2,
+        f"algo.adv_estimator={a.adv_estimator} compares samples of the same prompt: set rollout.group_size >= 2",
+    )
+    _check(
+        r.batch_size % r.group_size == 0,
+        f"rollout.batch_size ({r.batch_size}) must be a multiple of rollout.group_size ({r.group_size})",
     )

@@ -3,16 +3,23 @@
 How a step is shared by N ranks (rank r of N, B sequences per step):
 
 1. sample + score: rank r takes the contiguous slice ``B/N * r .. B/N * (r + 1)`` of the step's prompts
-   and samples from its own stream: torch is seeded from ``(train.seed, step, rank)`` before sampling,
-   so the stream is a pure function of the step and a resumed run repeats the same samples.
+   (with ``rollout.group_size`` G > 1, B/N must be a multiple of G, so each rank holds whole groups)
+   and samples and scores them (the reward model too, ``reward.type=model``) from its own stream: torch
+   is seeded from ``(train.seed, step, rank)`` before sampling, so the stream is a pure function of the
+   step and a resumed run repeats the same samples.
 2. the scored rollouts are gathered (padded to a common prompt and response length) so every rank
    holds the whole batch: rewards, GAE, whitening, the KL controller and every logged mean are then
    computed over the global batch by the unchanged single-process code, identically on every rank.
+   Gathered in rank order, the rows are the step's prompts in order: a group's G rows stay contiguous.
 3. update: the minibatch order comes from the shuffle generator, identical on every rank; rank r
    runs forward/backward on its share ``idx[r::N]`` of each minibatch. Its loss is reweighted by
-   ``N * tokens_r / tokens_all`` and the gradients are averaged over ranks, so the gradient is the
-   global token mean the single-process update takes; logged loss statistics are token-weighted
-   means over ranks (``policy/max_abs_log_ratio`` a max).
+   ``N * n_r / n_all`` and the gradients are averaged over ranks, where n counts what the policy loss
+   averages over (``algo.loss_agg_mode``): tokens for token-mean, responses with a token for
+   seq-mean-token-mean, responses for seq-mean-token-sum-norm. The policy loss (and chapter 07's KL in
+   the loss, aggregated the same way) then has the gradient the single-process update takes. Terms that
+   are token means while the policy loss is not (the entropy bonus, a value loss) get each rank's token
+   mean weighted by its response share: close to, not equal to, the single-process gradient. Logged loss
+   statistics are the same weighted means over ranks (``policy/max_abs_log_ratio`` a max).
 
 Gradients are averaged by an explicit ``all_reduce`` in a post-accumulate hook on each trainable
 parameter, not by wrapping the actor in ``DistributedDataParallel``: the trainer reaches into the
@@ -94,14 +101,24 @@ def broadcast_parameters(actor) -> None:
         dist.broadcast(t.data, src=0)
 
 
+def loss_units(mask: torch.Tensor, loss_agg_mode: str = "token-mean") -> torch.Tensor:
+    """What the policy loss averages over in a (B, T) ``mask``: tokens, responses with a token, or responses."""
+    if loss_agg_mode == "token-mean":
+        return mask.sum()
+    if loss_agg_mode == "seq-mean-token-mean":
+        return mask.any(dim=1).sum()
+    return torch.tensor(mask.shape[0])  # seq-mean-token-sum-norm: sum / (B * T_max)
+
+
 def _token_weighted(loss_fn):
-    """A ``loss_fn`` whose loss is scaled so that the rank-averaged gradient is the global token mean."""
+    """A ``loss_fn`` whose loss is scaled so that the rank-averaged gradient is the global mean (module doc, 3)."""
+    mode = getattr(loss_fn, "keywords", {}).get("loss_agg_mode", "token-mean")  # setup.algo_loss's partial
 
     def weighted(actor, part, *args):
         loss, stats = loss_fn(actor, part, *args)
-        tokens = part["mask"].sum().to(torch.float64)
-        total = _all_sum(tokens)
-        share = (tokens / total).item()
+        units = loss_units(part["mask"], mode).to(torch.float64)
+        total = _all_sum(units)
+        share = (units / total).item()
         stats = dict(stats)
         stats["_tokens"] = share  # the weight of this rank's stats in the global mean
         return loss * (world_size() * share), stats
@@ -160,7 +177,7 @@ def _pad_rollout(ro, prompt_len: int, response_len: int, pad_id: int):
         "response_ids": resp(ro.response_ids, pad_id),
         "mask": resp(ro.mask, False),
         "logprobs": resp(ro.logprobs, 0.0),
-        "values": resp(ro.values, 0.0),
+        "values": resp(ro.values, 0.0) if ro.values is not None else None,  # None: no critic (chapter 07)
         "ref_logprobs": resp(ro.ref_logprobs, 0.0),
         "scores": ro.scores,
     }
@@ -176,6 +193,9 @@ def gather_rollout(ro, pad_id: int):
     padded = _pad_rollout(ro, P, T, pad_id)
     full = {}
     for key, t in padded.items():
+        if t is None:
+            full[key] = None
+            continue
         parts = [torch.empty_like(t) for _ in range(world_size())]
         dist.all_gather(parts, t.contiguous())
         full[key] = torch.cat(parts)
@@ -195,6 +215,12 @@ class DistributedPPOTrainer(PPOTrainer):
         r, n = rank(), world_size()
         if cfg.rollout.batch_size % n:
             raise ConfigError(f"rollout.batch_size={cfg.rollout.batch_size} must be a multiple of the {n} ranks")
+        G = cfg.rollout.group_size
+        if (cfg.rollout.batch_size // n) % G:  # each rank must hold whole groups (its slice is contiguous)
+            raise ConfigError(
+                f"rollout.batch_size={cfg.rollout.batch_size} / {n} ranks must be a multiple of rollout.group_size={G}"
+                f": set rollout.batch_size to a multiple of {n * G}"
+            )
         refused = None
         if r > 0:  # logs in a private folder; resume from rank 0's checkpoint
             try:

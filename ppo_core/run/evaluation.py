@@ -14,7 +14,8 @@ from ..tasks.data import build_prompt
 from ..tasks.rewards import is_correct
 from .config import load_config
 from .lora import is_lora_checkpoint, load_merged
-from .setup import fit_prompt_len, load_task
+from .precision import DTYPES
+from .setup import fit_prompt_len, load_task, resolve_device
 
 __all__ = ["accuracy", "evaluate_checkpoint"]
 
@@ -22,7 +23,10 @@ __all__ = ["accuracy", "evaluate_checkpoint"]
 def accuracy(lm, tokenizer, records: list[dict], cfg, greedy: bool = False, correct_fn=is_correct) -> float:
     """Share of ``records`` answered correctly: greedy, or sampled at ``cfg.rollout.temperature``.
 
-    Seeded from ``cfg.train.seed`` inside a forked RNG, so evaluating never shifts a run's randomness.
+    Seeded from ``cfg.train.seed`` inside a forked RNG, so evaluating never shifts a run's randomness:
+    the fork saves and restores the CPU generator and, for a model on a GPU, that GPU's generator, and
+    only those two are seeded (``torch.manual_seed`` would reseed every GPU, which the fork would not
+    restore). Runs in the compute dtype ``cfg.model.dtype`` (autocast).
     """
     prompts = [build_prompt(r["question"], tokenizer, cfg.data.prompt_style) for r in records]
     temperature = None if greedy else cfg.rollout.temperature
@@ -36,6 +40,7 @@ def accuracy(lm, tokenizer, records: list[dict], cfg, greedy: bool = False, corr
         cfg.data.max_prompt_len,
         bs,
         seed=cfg.train.seed + 12345,
+        dtype=DTYPES[cfg.model.dtype],
     )
     return rewards.accuracy(texts, records, correct_fn or is_correct)
 
@@ -51,8 +56,11 @@ def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> 
     cfg = load_config(preset, list(overrides))
     _, test, _, correct_fn = load_task(cfg)
     test = test[: cfg.train.eval_samples]
-    # a LoRA checkpoint: its base with the adapters merged in (run/lora.py)
-    lm = load_merged(ckpt) if is_lora_checkpoint(ckpt) else AutoModelForCausalLM.from_pretrained(ckpt)
+    device, dtype = resolve_device(cfg.model.device), DTYPES[cfg.model.dtype]  # the run's own
+    if is_lora_checkpoint(ckpt):  # a LoRA checkpoint: its base with the adapters merged in (run/lora.py)
+        lm = load_merged(ckpt, dtype=dtype).to(device)
+    else:
+        lm = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype).to(device)
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
     fit_prompt_len(cfg, lm)
     return {

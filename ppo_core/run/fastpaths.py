@@ -32,6 +32,8 @@ from transformers import DynamicCache
 
 from ..logprobs import logprobs_from_logits
 from ..model import lm_logits, position_ids_from_mask
+from ..rollout import _cat_values
+from .precision import compute_dtype
 
 __all__ = ["PromptCache", "split_prefix_logits", "enable", "SPLIT_MIN_PREFIX_TOKENS"]
 
@@ -50,8 +52,8 @@ class PromptCache:
         self.lm, self.complete = None, True
 
     def keep(self, lm, start: int, out) -> None:
-        """Called by ``sample`` after each generate call (rows ``start``..); float32 policies only."""
-        if next(lm.parameters()).dtype != torch.float32 or not isinstance(out.past_key_values, DynamicCache):
+        """Called by ``sample`` after each generate call (rows ``start``..); float32 compute only."""
+        if compute_dtype(lm) != torch.float32 or not isinstance(out.past_key_values, DynamicCache):
             self.complete = False
             return
         self.lm = lm
@@ -74,17 +76,18 @@ class PromptCache:
             pos = position_ids_from_mask(attn)[:, keep]  # (b, T)
             logits, v = actor(ids, attn, pos, past_key_values=cache)  # (b, T, V), (b, T)
             logprobs.append(logprobs_from_logits(logits, ro.response_ids[start:end], temperature))
-            values.append(v.float())
-        return torch.cat(logprobs), torch.cat(values)
+            values.append(v)
+        return torch.cat(logprobs), _cat_values(values)
 
 
 def _split_prefix(lm, prefix_tokens: int) -> bool:
-    """Whether to run the prefix apart: a float32 training forward with at least ``SPLIT_MIN_PREFIX_TOKENS``
-    prefix tokens, without activation checkpointing (which turns transformers' cache off)."""
+    """Whether to run the prefix apart: a float32-compute training forward (float32 weights, no autocast) with
+    at least ``SPLIT_MIN_PREFIX_TOKENS`` prefix tokens, without activation checkpointing (which turns
+    transformers' cache off)."""
     return (
         torch.is_grad_enabled()
         and prefix_tokens >= SPLIT_MIN_PREFIX_TOKENS
-        and lm.get_input_embeddings().weight.dtype == torch.float32
+        and compute_dtype(lm) == torch.float32
         and not getattr(lm.base_model, "gradient_checkpointing", False)
     )
 

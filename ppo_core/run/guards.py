@@ -69,7 +69,7 @@ def check_rollout(ro, step: int, out) -> None:
     """Stop before an update built from NaN: name the rollout tensor that holds it."""
     tensors = {
         "old logprobs": ro.logprobs[ro.mask],
-        "values": ro.values[ro.mask],
+        "values": ro.values[ro.mask] if ro.values is not None else ro.logprobs[:0],  # none without a critic
         "reference logprobs": ro.ref_logprobs[ro.mask],
         "scores": ro.scores,
     }

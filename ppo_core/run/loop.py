@@ -8,8 +8,10 @@ import json
 import signal
 
 import matplotlib.pyplot as plt
+import torch
 from tqdm.auto import tqdm
 
+from ..rollout import stop_token_ids
 from ..tasks.rewards import accuracy
 from . import guards
 from .checkpoint import StopOnSignal, checkpoint_step
@@ -98,10 +100,12 @@ def record_step(trainer, records: list[dict], ro, metrics: dict) -> dict:
     guards run, so a step that stops the run is still on disk for diagnosis.
     """
     n, tok = trainer.step_count, trainer.tokenizer
-    eos = ((ro.response_ids == tok.eos_token_id) & ro.mask).any(1)
+    stops = torch.tensor(stop_token_ids(trainer.actor.lm, tok), device=ro.response_ids.device)
+    eos = (torch.isin(ro.response_ids, stops) & ro.mask).any(1)  # ended on any of the model's EOS ids
     metrics = {
         "rollout/reward_mean": ro.scores.mean().item(),
         "rollout/correct_rate": accuracy(ro.completions, records, trainer.correct_fn),
+        **trainer.reward_model_metrics(records, ro.completions),  # learned reward: rule and gold beside it
         "rollout/response_length": ro.mask.sum(1).float().mean().item(),
         "rollout/eos_rate": eos.float().mean().item(),
         **metrics,

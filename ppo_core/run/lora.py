@@ -6,6 +6,12 @@ and the value head are trained; the base weights are frozen. The frozen referenc
 base model with the adapters switched off (``peft``'s ``disable_adapter()`` context), so a LoRA run
 holds one copy of the base weights instead of two.
 
+Precision (``run/precision.py``): the trained weights (adapters, value head) are float32 master
+weights, and the forwards run under autocast at ``model.dtype``, as for full fine-tuning. The frozen
+base is never updated, so it is stored in ``model.dtype`` itself (bf16: 2 bytes per base parameter
+instead of the float32 policy + bf16 reference of full fine-tuning); the reference runs under the same
+autocast, so at step 0 its logprobs equal the policy's exactly.
+
 A LoRA checkpoint holds the adapters (``adapter_model.safetensors`` + ``adapter_config.json``, as
 ``peft`` writes them), the value head and the tokenizer, not the base weights: resuming loads the
 adapters back into the live model; ``python -m ppo_core.evaluate`` loads the base named in
@@ -16,6 +22,8 @@ import json
 from pathlib import Path
 
 import torch
+
+from .precision import autocast, load_weights_
 
 __all__ = ["apply_lora", "is_lora", "AdapterOffReference", "save_actor", "load_actor", "is_lora_checkpoint"]
 
@@ -28,8 +36,11 @@ def _target_modules(spec: str):
     return spec if spec == "all-linear" else [name.strip() for name in spec.split(",") if name.strip()]
 
 
-def apply_lora(actor, lora_cfg, gradient_checkpointing: bool = False):
+def apply_lora(actor, lora_cfg, gradient_checkpointing: bool = False, base_dtype: torch.dtype | None = None):
     """Put adapters on ``actor.lm`` in place; return ``(actor, reference)``.
+
+    ``base_dtype``: store the frozen base weights in this dtype (``model.dtype``); the adapters are
+    float32 whatever it is (peft's ``autocast_adapter_dtype``), like the value head.
 
     ``actor.lm`` stays the same transformers model (its linear layers now carry adapters), so every
     forward in the package (``model.lm_logits``, the fast paths, ``generate``) runs unchanged. The
@@ -46,13 +57,18 @@ def apply_lora(actor, lora_cfg, gradient_checkpointing: bool = False):
         bias="none",
     )
     lm = actor.lm
-    peft_model = get_peft_model(lm, config)  # injects the adapters into lm's modules, freezes the rest of lm
+    if base_dtype is not None:
+        lm.to(base_dtype)  # frozen: never updated, so it needs no float32 master copy
+    peft_model = get_peft_model(
+        lm, config, autocast_adapter_dtype=True
+    )  # injects the adapters into lm's modules, freezes the rest of lm
     assert peft_model.get_base_model() is lm
     if gradient_checkpointing:
         lm.enable_input_require_grads()  # frozen embeddings: checkpointed blocks need an input that requires grad
     object.__setattr__(actor, "peft_model", peft_model)  # plain attribute: not a submodule, not in state_dict
-    actor.value_head.requires_grad_(True)  # trained in full
-    return actor, AdapterOffReference(peft_model)
+    if actor.value_head is not None:  # chapter 07's critic-free methods have none
+        actor.value_head.requires_grad_(True)  # trained in full
+    return actor, AdapterOffReference(peft_model, getattr(actor, "compute_dtype", None))
 
 
 def is_lora(actor) -> bool:
@@ -60,13 +76,14 @@ def is_lora(actor) -> bool:
 
 
 class _AdaptersOff:
-    """Call ``fn`` with the adapters switched off and no gradient."""
+    """Call ``fn`` with the adapters switched off, no gradient, under the actor's autocast."""
 
-    def __init__(self, peft_model, fn):
-        self.peft_model, self.fn = peft_model, fn
+    def __init__(self, peft_model, fn, dtype):
+        self.peft_model, self.fn, self.dtype = peft_model, fn, dtype
 
     def __call__(self, *args, **kwargs):
-        with self.peft_model.disable_adapter(), torch.no_grad():
+        device = next(self.peft_model.parameters()).device
+        with self.peft_model.disable_adapter(), torch.no_grad(), autocast(device, self.dtype):
             return self.fn(*args, **kwargs)
 
 
@@ -76,23 +93,27 @@ class AdapterOffReference:
     Offers what the scorer needs from a reference LM (``model.lm_logits`` calls ``base_model(...)``
     and ``get_output_embeddings()(hidden)``), plus ``parameters()`` (the frozen base weights),
     ``eval()`` and ``to()`` (no-ops: it shares the actor's weights and device). Both calls run inside
-    ``disable_adapter()``, the LM head too (it may carry an adapter when ``target_modules`` names it).
+    ``disable_adapter()``, the LM head too (it may carry an adapter when ``target_modules`` names it),
+    under autocast at the actor's ``compute_dtype``: the policy's forward with B A = 0.
     """
 
-    def __init__(self, peft_model):
-        self.peft_model = peft_model
+    def __init__(self, peft_model, compute_dtype: torch.dtype | None = None):
+        self.peft_model, self.compute_dtype = peft_model, compute_dtype
         self.lm = peft_model.get_base_model()
         self.config = self.lm.config
 
+    def _off(self, fn):
+        return _AdaptersOff(self.peft_model, fn, self.compute_dtype)
+
     @property
     def base_model(self):
-        return _AdaptersOff(self.peft_model, self.lm.base_model)
+        return self._off(self.lm.base_model)
 
     def get_output_embeddings(self):
-        return _AdaptersOff(self.peft_model, self.lm.get_output_embeddings())
+        return self._off(self.lm.get_output_embeddings())
 
     def __call__(self, *args, **kwargs):
-        return _AdaptersOff(self.peft_model, self.lm)(*args, **kwargs)
+        return self._off(self.lm)(*args, **kwargs)
 
     def parameters(self):
         return (p for name, p in self.lm.named_parameters() if "lora_" not in name)
@@ -115,18 +136,18 @@ def save_actor(actor, path) -> None:
     from ..model import VALUE_HEAD_FILE
 
     actor.peft_model.save_pretrained(path)  # adapter_model.safetensors + adapter_config.json (names the base)
-    torch.save(actor.value_head.state_dict(), Path(path) / VALUE_HEAD_FILE)
+    if actor.value_head is not None:
+        torch.save(actor.value_head.state_dict(), Path(path) / VALUE_HEAD_FILE)
 
 
 def load_actor(actor, path) -> None:
     """Restore ``actor``'s trained weights from a checkpoint written by ``save_actor`` (in place)."""
-    from ..model import VALUE_HEAD_FILE, ActorWithValueHead
-
     path = Path(path)
     if not is_lora(actor):
         if is_lora_checkpoint(path):
             raise ValueError(f"{path} holds LoRA adapters; resume it with the run's model.lora.r (see its config)")
-        actor.load_state_dict(ActorWithValueHead.from_pretrained(str(path)).state_dict())
+        load_weights_(actor.lm, path)  # in place, one tensor at a time: no second model in memory
+        _load_value_head(actor, path)
         return
     if not is_lora_checkpoint(path):
         raise ValueError(f"{path} holds full weights, not LoRA adapters; resume it with model.lora.r=0")
@@ -136,27 +157,37 @@ def load_actor(actor, path) -> None:
     result = set_peft_model_state_dict(actor.peft_model, load_file(path / "adapter_model.safetensors"))
     if getattr(result, "unexpected_keys", None):
         raise ValueError(f"{path}: adapters that this model has no place for: {result.unexpected_keys[:3]}")
-    actor.value_head.load_state_dict(torch.load(path / VALUE_HEAD_FILE, map_location="cpu", weights_only=True))
+    _load_value_head(actor, path)
+
+
+def _load_value_head(actor, path) -> None:
+    from ..model import VALUE_HEAD_FILE
+
+    if actor.value_head is not None:  # chapter 07's critic-free methods have none
+        device = actor.value_head.weight.device
+        actor.value_head.load_state_dict(torch.load(path / VALUE_HEAD_FILE, map_location=device, weights_only=True))
 
 
 def is_lora_checkpoint(path) -> bool:
     return (Path(path) / ADAPTER_CONFIG).is_file()
 
 
-def load_merged(path, base: str | None = None):
+def load_merged(path, base: str | None = None, dtype: torch.dtype | None = None):
     """A plain transformers LM: the base named in the checkpoint's adapter config, adapters merged in.
 
     ``merge_and_unload`` folds ``(alpha / r) B A`` into each adapted weight, so generation runs at
-    the base model's speed with no ``peft`` wrapper.
+    the base model's speed with no ``peft`` wrapper. The merge is done in float32 (the adapters'
+    dtype), then the model is cast to ``dtype`` (the run's ``model.dtype``) if given.
     """
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(path)
     base = base or json.loads((path / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
-    lm = AutoModelForCausalLM.from_pretrained(base)
+    lm = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if len(tokenizer) > lm.get_input_embeddings().num_embeddings:  # the run added a pad token (run/setup.py)
         lm.resize_token_embeddings(len(tokenizer))
     lm.config.pad_token_id = tokenizer.pad_token_id
-    return PeftModel.from_pretrained(lm, str(path)).merge_and_unload()
+    merged = PeftModel.from_pretrained(lm, str(path)).merge_and_unload()
+    return merged if dtype is None else merged.to(dtype)

@@ -131,8 +131,8 @@ def load_checkpoint(trainer, path) -> None:
             "the continuation will not match an uninterrupted run",
             stacklevel=2,
         )
-    try:
-        lora.load_actor(trainer.actor, path)  # full weights, or adapters + value head (run/lora.py)
+    try:  # full weights in place (no second model in memory), or adapters; the value head if any (run/lora.py)
+        lora.load_actor(trainer.actor, path)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     optimizer_state = torch.load(path / "optimizer.pt", map_location=trainer.device, weights_only=False)

@@ -21,16 +21,20 @@ from ..tasks.data import load_gsm8k
 from ..tasks.rewards import gsm8k_reward, is_correct
 from ..tasks.synthetic import make_synthetic_task
 from ..tasks.warmstart import warm_start
+from ..update import ppo_loss
 from ..utils import hub_offline, hub_unreachable
 from .config import Config, ConfigError
+from .precision import DTYPES
 
 __all__ = [
     "resolve_device",
+    "load_reward_model",
     "load_task",
     "load_models",
     "build_optimizer",
     "fit_prompt_len",
     "model_context",
+    "uses_critic",
     "DTYPES",
     "DEVICES",
     "TASKS",
@@ -39,7 +43,6 @@ __all__ = [
     "build_kl_controller",
 ]
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICES = ("auto", "cpu", "cuda")
 TASKS = ("synthetic", "gsm8k")
 OPTIMIZERS = ("adamw", "adamw8bit")
@@ -116,12 +119,17 @@ def _hub_error(path: str, err: Exception) -> ConfigError:
 
 
 def load_models(cfg: Config, device: torch.device):
-    """(actor with value head, frozen reference LM, tokenizer, path of the initial policy)."""
+    """(actor with value head, frozen reference LM, tokenizer, path of the initial policy).
+
+    Mixed precision the standard way (``run.precision``): the actor's weights are loaded in float32
+    whatever ``model.dtype`` says, and ``model.dtype`` is the *compute* dtype its forward passes run in
+    (autocast); the frozen reference, which is never updated, is stored in ``model.dtype``.
+    """
     m = cfg.model
     path = str(_warm_started_tiny(cfg)) if m.name_or_path == "tiny" else m.name_or_path
     try:
         tokenizer = _load_tokenizer(path)
-        lm = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[m.dtype])
+        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     except (OSError, ValueError) as err:
         raise _hub_error(path, err) from None
     if len(tokenizer) > lm.get_input_embeddings().num_embeddings:
@@ -130,13 +138,20 @@ def load_models(cfg: Config, device: torch.device):
     if m.gradient_checkpointing:
         lm.gradient_checkpointing_enable()
         lm.config.use_cache = False
-    actor = ActorWithValueHead(lm, m.value_head_init_std).to(device)
-    if m.lora.r > 0:  # LoRA (run/lora.py): the reference is the same weights with the adapters off
+    critic = uses_critic(cfg)  # GRPO, RLOO and REINFORCE++ (chapter 07) build no value head
+    actor = ActorWithValueHead(lm, m.value_head_init_std, compute_dtype=DTYPES[m.dtype], with_value_head=critic)
+    actor = actor.to(device)
+    if m.lora.r > 0:  # LoRA (run/lora.py): frozen base in model.dtype, the reference is it with the adapters off
         from .lora import apply_lora
 
-        return (*apply_lora(actor, m.lora, m.gradient_checkpointing), tokenizer, path)
-    ref = make_reference(actor).to(device)
+        return (*apply_lora(actor, m.lora, m.gradient_checkpointing, base_dtype=DTYPES[m.dtype]), tokenizer, path)
+    ref = make_reference(actor).to(device=device, dtype=DTYPES[m.dtype])
     return actor, ref, tokenizer, path
+
+
+def uses_critic(cfg: Config) -> bool:
+    """Whether the run learns a value function: only GAE (PPO) needs one (``algo.adv_estimator``, chapter 07)."""
+    return cfg.algo.adv_estimator == "gae"
 
 
 def model_context(lm) -> int | None:
@@ -183,7 +198,8 @@ def _bitsandbytes_error(device_type: str) -> str | None:
 
 
 def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
-    """AdamW over the trunk and the value head, or bitsandbytes' AdamW8bit when ppo.optimizer=adamw8bit.
+    """AdamW over the trunk and the value head (if the actor has one), or bitsandbytes' AdamW8bit when
+    ppo.optimizer=adamw8bit.
 
     If bitsandbytes cannot run here, ``adamw8bit`` falls back to torch AdamW with a warning (the same
     update, with more optimizer memory) rather than stopping the run.
@@ -197,10 +213,25 @@ def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
             return bnb.optim.AdamW8bit(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
         warnings.warn(
             f"ppo.optimizer=adamw8bit but bitsandbytes cannot run here ({why}); falling back to torch AdamW, "
-            "whose two moment estimates take 2 (bf16) to 4 (fp32) times the memory of 8-bit ones",
+            "whose two float32 moment estimates take 4 times the memory of 8-bit ones",
             stacklevel=2,
         )
     return torch.optim.AdamW(params, lr=ppo.lr, weight_decay=ppo.weight_decay)
+
+
+def load_reward_model(cfg: Config, device: torch.device):
+    """The frozen reward model of ``reward.type=model`` (eval mode, no gradients, on ``device``); None: the rule."""
+    if cfg.reward.type != "model":
+        return None
+    from ..reward_model import RewardModel
+
+    try:
+        rm = RewardModel.from_pretrained(Path(cfg.reward.path).expanduser())
+    except (OSError, ValueError) as err:
+        raise ConfigError(
+            f"reward.path={cfg.reward.path}: cannot load a reward model ({str(err).splitlines()[0]})"
+        ) from None
+    return rm.to(device).eval().requires_grad_(False)
 
 
 def seed_everything(seed: int) -> None:
@@ -228,4 +259,21 @@ def update_hparams(cfg) -> dict:
         temperature=cfg.rollout.temperature,
         grad_accum_steps=p.grad_accum_steps,
         max_grad_norm=p.max_grad_norm,
+        **algo_loss(cfg),
     )
+
+
+def algo_loss(cfg) -> dict:
+    """``{"loss_fn": ...}`` when chapter 07's switches change the loss (the KL in it, another averaging), else
+    ``{}``: PPO's default loss, so a learner's own ``minibatch_update`` (chapter 05) needs no new argument."""
+    a = cfg.algo
+    if not a.use_kl_loss and a.loss_agg_mode == "token-mean":
+        return {}
+    loss_fn = functools.partial(
+        ppo_loss,
+        loss_agg_mode=a.loss_agg_mode,
+        kl_loss_coef=a.kl_loss_coef if a.use_kl_loss else 0.0,
+        kl_loss_type=a.kl_loss_type,
+        loss_norm_len=cfg.rollout.max_new_tokens,  # Dr. GRPO's constant: the response limit, not this batch's T
+    )
+    return {"loss_fn": loss_fn}

@@ -7,4 +7,6 @@
 | tasks.synthetic     | the offline synthetic task in GSM8K's format                       |
 | tasks.tiny          | a tiny model and character tokenizer built offline                 |
 | tasks.warmstart     | the cached supervised warm start (the SFT stage)                   |
+| tasks.hub_model     | a hub-shaped Qwen2 chat checkpoint built offline (BPE, two EOS ids) |
+| tasks.preferences   | gold-labelled preference pairs; the prompt/chosen/rejected loader  |
 """

@@ -1,0 +1,85 @@
+"""Plant one-line bugs in the PPO step, one at a time, and see which tests catch each (issue 19).
+
+Each bug is applied to a scratch copy of the repository (``ppo_core/`` and ``tests/``), never to the
+checkout itself; the selected tests then run there in a subprocess.
+
+    python benchmarks/planted_bugs.py                                   # tests/test_algorithm_box.py
+    python benchmarks/planted_bugs.py tests/test_gae.py tests/test_kl.py  # any other selection
+
+Prints one line per bug: caught (with the number of failing tests) or SURVIVED. Exit status 1 if any
+bug survives. Run it through /work/bin/heavy on a shared machine (about 10 s per bug).
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (label, file, [(exact text, replacement), ...]): the first text found exactly once is replaced (the trainer's
+# step has two versions: before and after it was split into collect + learn)
+BUGS = [
+    ("a: advantage whitening skipped", "ppo_core/trainer.py", [
+        ("advantages = masked_whiten(advantages, ro.mask)", "pass"),
+        ("masked_whiten(advantages_raw, ro.mask) if p.whiten_advantages else advantages_raw", "advantages_raw")]),
+    ("b: adaptive KL controller lowers kl_coef above target", "ppo_core/kl.py", [
+        ("error = min(max(kl / self.target - 1.0, -0.2), 0.2)",
+         "error = min(max(1.0 - kl / self.target, -0.2), 0.2)")]),
+    ("c: returns from whitened advantages", "ppo_core/trainer.py", [
+        ("advantages = masked_whiten(advantages, ro.mask)",
+         "advantages = masked_whiten(advantages, ro.mask)\n"
+         "            returns = torch.where(ro.mask, advantages + ro.values, torch.zeros_like(returns))"),
+        ("masked_whiten(advantages_raw, ro.mask) if p.whiten_advantages else advantages_raw",
+         "masked_whiten(advantages_raw, ro.mask) if p.whiten_advantages else advantages_raw\n"
+         "        returns = torch.where(ro.mask, advantages + ro.values, torch.zeros_like(returns))")]),
+    ("d: the same permutation every epoch", "ppo_core/trainer.py", [
+        ("generator=self.shuffle_gen)", "generator=self.shuffle_gen.clone_state())")]),
+    ("e: KL sign flipped in the reward", "ppo_core/gae.py", [
+        ("rewards = torch.where(mask, -kl_coef * kl, zeros)", "rewards = torch.where(mask, kl_coef * kl, zeros)")]),
+    ("f: score on the first response token", "ppo_core/gae.py", [
+        ("rewards[rows, last[rows]] += scores[rows]", "rewards[rows, mask.int().argmax(1)[rows]] += scores[rows]")]),
+    ("g: gradient accumulation without dividing the loss", "ppo_core/update.py", [
+        ("(loss / grad_accum_steps).backward()", "loss.backward()")]),
+]  # fmt: skip
+
+
+def plant(root: Path, file: str, edits: list) -> None:
+    path = root / file
+    text = path.read_text()
+    for old, new in edits:
+        if text.count(old) == 1:
+            path.write_text(text.replace(old, new))
+            return
+    raise SystemExit(f"{file}: none of the texts to replace occurs exactly once: {[old for old, _ in edits]}")
+
+
+def run(selection: list[str]) -> int:
+    survived = 0
+    for label, file, edits in BUGS:
+        with tempfile.TemporaryDirectory() as tmp:
+            scratch = Path(tmp)
+            for name in ("ppo_core", "tests"):
+                shutil.copytree(ROOT / name, scratch / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copy(ROOT / "pyproject.toml", scratch / "pyproject.toml")
+            plant(scratch, file, edits)
+            out = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-o", "addopts=-p no:cacheprovider", *selection],
+                cwd=scratch, env={**os.environ, "PYTHONPATH": str(scratch)}, capture_output=True, text=True,
+            )  # fmt: skip
+            summary = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-300:]
+            failed = re.search(r"(\d+) failed", summary)
+            if failed:
+                print(f"caught    {label}: {summary}")
+            else:
+                survived += 1
+                print(f"SURVIVED  {label}: {summary}")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    tests = sys.argv[1:] or ["tests/test_algorithm_box.py"]
+    sys.exit(run(tests))

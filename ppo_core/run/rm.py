@@ -1,0 +1,399 @@
+"""Chapter 06 - the reward-model command: ``python -m ppo_core.train_rm [--config PRESET_OR_PATH] [key=value ...]``.
+
+With no arguments it runs offline on the CPU: preference pairs labelled by the synthetic task's gold
+reward (``ppo_core.preferences``), a reward model on the warm-started tiny model's trunk, the
+Bradley-Terry loss, then the score normalisation on the starting policy's samples. ``data.source``
+takes a ``prompt / chosen / rejected`` JSON Lines file (or a hub id) instead.
+
+The run folder holds ``step_N/`` checkpoints and ``final/``, each a transformers
+``AutoModelForSequenceClassification`` folder plus ``reward_model.json`` (the normalisation) and the
+training state; ``train.resume=auto`` continues the latest one. Same conventions as
+``python -m ppo_core.train``: a preset, dotted overrides, one-line errors, exit 2 on bad input
+before anything is written.
+"""
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from .config import ConfigError, WarmStartConfig, _merge
+
+__all__ = ["RMConfig", "load_rm_config", "fit_reward_model", "train_rm", "warm_start_path", "main", "RM_PRESETS"]
+
+RM_PRESETS = ("rm_cpu",)
+
+
+@dataclass
+class RMModelConfig:
+    init: str = "tiny"
+    """'tiny': the warm-started tiny model (the SFT model) is the trunk; else a folder holding a causal LM."""
+    hidden_size: int = 0
+    """With init=tiny: 0 keeps the warm start's trunk; > 0 builds a fresh, smaller Llama trunk this wide."""
+    num_layers: int = 1
+    """Layers of that fresh trunk (only with hidden_size > 0)."""
+
+
+@dataclass
+class RMDataConfig:
+    source: str = "synthetic"
+    """'synthetic' (pairs labelled by the gold reward) or a prompt/chosen/rejected .jsonl file or hub id."""
+    eval_source: str = ""
+    """Held-out pairs for a real source ('' = the last eval_pairs of source)."""
+    n_pairs: int = 512
+    """Synthetic: training prompts (pairs whose two responses are equal are dropped); real: at most this many."""
+    eval_pairs: int = 128
+    """Held-out pairs for the pairwise accuracy."""
+    beta: float = 5.0
+    """Synthetic labeller care: P(a preferred) = sigmoid(beta * (gold_a - gold_b))."""
+    length_coef: float = 0.05
+    """Synthetic gold reward's charge per character beyond the reference solution."""
+    perturb: float = 0.5
+    """Synthetic: probability that a pair's second response is an edit of the first."""
+    max_new_tokens: int = 24
+    """Synthetic: response length limit when sampling the pairs."""
+
+
+@dataclass
+class RMTrainConfig:
+    steps: int = 150
+    """Optimizer steps."""
+    batch_size: int = 32
+    """Pairs per step (2 x batch_size sequences)."""
+    lr: float = 3e-4
+    """AdamW learning rate."""
+    seed: int = 0
+    """Seeds the pairs, the head's init and the batches."""
+    output_dir: str = "outputs/rm"
+    """Run folder: checkpoints, final/, metrics.jsonl."""
+    save_every: int = 50
+    """Checkpoint every this many steps (0 = only final/)."""
+    normalize_samples: int = 256
+    """Policy samples the final normalisation is measured on (real data: its chosen and rejected texts)."""
+    resume: str = ""
+    """'auto': continue the latest checkpoint in output_dir; a step_N folder; '' = a fresh run."""
+    overwrite: bool = False
+    """A fresh run into an output_dir that holds a run deletes that run (else it is refused)."""
+    num_threads: int = 0
+    """torch CPU threads (0 = torch's default)."""
+    progress: bool = True
+    """Show a tqdm progress bar."""
+
+
+@dataclass
+class RMConfig:
+    model: RMModelConfig = field(default_factory=RMModelConfig)
+    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+    data: RMDataConfig = field(default_factory=RMDataConfig)
+    train: RMTrainConfig = field(default_factory=RMTrainConfig)
+
+
+def load_rm_config(preset: str = "rm_cpu", overrides=()) -> RMConfig:
+    """Preset (name or YAML path) + dotted ``key=value`` overrides -> a validated ``RMConfig``."""
+    path = (
+        Path(str(resources.files("ppo_core.run") / "configs" / f"{preset}.yaml"))
+        if preset in RM_PRESETS
+        else Path(preset)
+    )
+    if not path.is_file():
+        raise ConfigError(f"no preset or file {preset!r}: use {', '.join(RM_PRESETS)} or a path to a YAML file")
+    try:
+        loaded = OmegaConf.load(path)
+    except Exception as e:
+        raise ConfigError(f"cannot read {path}: {str(e).splitlines()[0]}") from None
+    cfg = _merge(OmegaConf.structured(RMConfig), loaded, str(path))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not key=value (e.g. train.lr=1e-4)")
+        cfg = _merge(cfg, OmegaConf.from_dotlist([item]), f"override {item!r}", item.split("=", 1)[0].strip())
+    c = OmegaConf.to_object(cfg)
+    t, d = c.train, c.data
+    for ok, msg in [
+        (t.steps >= 1, f"train.steps must be >= 1, got {t.steps}"),
+        (t.batch_size >= 1, f"train.batch_size must be >= 1, got {t.batch_size}"),
+        (t.lr > 0, f"train.lr must be > 0, got {t.lr}"),
+        (d.beta > 0, f"data.beta must be > 0, got {d.beta}"),
+        (d.n_pairs >= 1 and d.eval_pairs >= 1, "data.n_pairs and data.eval_pairs must be >= 1"),
+        (0 <= d.perturb <= 1, f"data.perturb must be in [0, 1], got {d.perturb}"),
+        (t.save_every >= 0 and t.normalize_samples >= 2, "train.save_every >= 0, train.normalize_samples >= 2"),
+    ]:
+        if not ok:
+            raise ConfigError(msg)
+    return c
+
+
+def fit_reward_model(
+    rm,
+    pairs: list[dict],
+    steps: int,
+    batch_size: int = 32,
+    lr: float = 3e-4,
+    seed: int = 0,
+    optimizer=None,
+    start_step: int = 0,
+    on_step=None,
+    progress: bool = False,
+) -> list[dict]:
+    """Bradley-Terry training: ``steps`` AdamW steps on random batches of ``pairs``. Returns each step's stats.
+
+    The batches of step ``n`` depend only on ``seed`` and ``n``, so a resumed run sees the same data.
+    ``on_step(n, stats)`` runs after each step (checkpoints, logs).
+    """
+    import torch
+
+    from ..reward_model import pair_loss
+
+    optimizer = optimizer or torch.optim.AdamW(rm.parameters(), lr=lr)
+    rm.train()
+    history, steps_iter = [], range(start_step + 1, steps + 1)
+    if progress:
+        from tqdm.auto import tqdm
+
+        steps_iter = tqdm(steps_iter, desc="reward model", leave=False)
+    for n in steps_iter:
+        batch = random.Random(seed * 100_003 + n).sample(pairs, min(batch_size, len(pairs)))
+        loss, stats = pair_loss(rm, batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        history.append({"step": n, **stats})
+        if on_step is not None:
+            on_step(n, stats)
+    return history
+
+
+# ---- the command line ------------------------------------------------------------------------------
+
+
+def _pairs(cfg: RMConfig, warm_path):
+    """(train pairs, held-out pairs, normalisation texts); every data error is a ConfigError."""
+    from ..tasks.preferences import load_pairs
+
+    d = cfg.data
+    if d.source != "synthetic":
+        try:
+            pairs = load_pairs(d.source, limit=None)
+            held = load_pairs(d.eval_source) if d.eval_source else None
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"data.source: {str(err).splitlines()[0]}") from None
+        if held is None:
+            if len(pairs) < 2:
+                raise ConfigError(
+                    f"data.source={d.source} holds {len(pairs)} pair; need 2 or more (or data.eval_source)"
+                )
+            k = min(d.eval_pairs, len(pairs) // 2)
+            pairs, held = pairs[:-k], pairs[-k:]
+        texts = [p["prompt"] + p[s] for p in pairs for s in ("chosen", "rejected")][: cfg.train.normalize_samples]
+        return pairs[: d.n_pairs], held[: d.eval_pairs], texts
+    from ..tasks.data import build_prompt
+    from ..tasks.preferences import make_preference_pairs
+    from ..tasks.synthetic import make_synthetic_task
+    from ..tasks.tiny import load_tiny
+    from ..tasks.warmstart import generate_completions
+
+    policy, tokenizer = load_tiny(warm_path)
+    train, test = make_synthetic_task(cfg.train.seed, n_train=max(d.n_pairs, 1000))
+    kw = dict(beta=d.beta, length_coef=d.length_coef, perturb=d.perturb, max_new_tokens=d.max_new_tokens)
+    pairs = make_preference_pairs(policy, tokenizer, train[: d.n_pairs], seed=cfg.train.seed, **kw)
+    held = make_preference_pairs(policy, tokenizer, test[: d.eval_pairs], seed=cfg.train.seed + 7, **kw)
+    records = train[-cfg.train.normalize_samples :]
+    samples = generate_completions(
+        policy, tokenizer, records, max_new_tokens=d.max_new_tokens, seed=cfg.train.seed + 13
+    )
+    return pairs, held, [build_prompt(r["question"]) + y for r, y in zip(records, samples)]
+
+
+def warm_start_path(cfg: RMConfig) -> Path:
+    """The warm-started tiny policy (cached; the same settings as the PPO CLI's default run share one folder)."""
+    from ..tasks.warmstart import warm_start
+
+    w = cfg.warmstart
+    return warm_start(
+        Path(w.cache_dir).expanduser(),
+        seed=cfg.train.seed,
+        steps=w.steps,
+        batch_size=w.batch_size,
+        lr=w.lr,
+        answer_noise=w.answer_noise,
+        progress=cfg.train.progress,
+    )
+
+
+def _build_rm(cfg: RMConfig, warm_path, init_state=None):
+    import torch
+
+    from ..reward_model import RewardModel
+
+    if init_state is not None:
+        return RewardModel.from_pretrained(init_state)
+    torch.manual_seed(cfg.train.seed)
+    if cfg.model.init != "tiny":
+        if not (Path(cfg.model.init).expanduser() / "config.json").is_file():
+            raise ConfigError(
+                f"model.init={cfg.model.init}: no such model folder (config.json); use tiny or a folder "
+                "holding a causal LM saved with save_pretrained"
+            )
+        return RewardModel.from_lm(Path(cfg.model.init).expanduser())
+    if cfg.model.hidden_size <= 0:
+        return RewardModel.from_lm(warm_path)
+    from transformers import AutoModelForSequenceClassification
+
+    from ..tasks.tiny import build_tiny_model, load_tiny
+
+    _, tokenizer = load_tiny(warm_path)
+    heads = max(1, cfg.model.hidden_size // 32)
+    lm = build_tiny_model(
+        tokenizer,
+        "llama",
+        hidden_size=cfg.model.hidden_size,
+        num_hidden_layers=cfg.model.num_layers,
+        num_attention_heads=heads,
+        intermediate_size=4 * cfg.model.hidden_size,
+    )
+    config = lm.config
+    config.num_labels = 1
+    return RewardModel(AutoModelForSequenceClassification.from_config(config), tokenizer)
+
+
+def _resume_path(cfg: RMConfig) -> Path | None:
+    from .checkpoint import checkpoint_step, latest_checkpoint
+
+    t, out = cfg.train, Path(cfg.train.output_dir)
+    if t.resume == "auto":
+        return latest_checkpoint(out)
+    if t.resume:
+        if checkpoint_step(t.resume) is None:
+            raise ConfigError(f"train.resume={t.resume} is not a complete checkpoint; pass a step_N folder or 'auto'")
+        return Path(t.resume)
+    previous = sorted(
+        p.name for p in out.glob("*") if p.name in ("final", "metrics.jsonl") or p.name.startswith("step_")
+    )
+    if previous and not t.overwrite:
+        raise ConfigError(
+            f"train.output_dir={out} already holds a run ({', '.join(previous)}); continue it with "
+            "train.resume=auto, start over with train.overwrite=true, or choose another train.output_dir"
+        )
+    return None
+
+
+def _save(out: Path, name: str, rm, optimizer, step: int, cfg: RMConfig, extra: dict | None = None) -> Path:
+    import torch
+
+    from .checkpoint import STATE_FILE, write_atomically
+
+    def write(tmp: Path) -> None:
+        rm.save_pretrained(tmp)
+        (tmp / "trainer_state.json").write_text(
+            json.dumps({"step": step, "config": asdict(cfg), **(extra or {})}) + "\n"
+        )
+        torch.save({"optimizer": optimizer.state_dict(), "step": step}, tmp / STATE_FILE)
+
+    return write_atomically(out, name, write)
+
+
+def train_rm(cfg: RMConfig) -> dict:
+    """Run the whole CLI job; returns the summary written to ``output_dir/summary.json``."""
+    import torch
+
+    from ..reward_model import evaluate_pairs
+    from .checkpoint import clear_run, recover_interrupted_saves
+
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
+    out = Path(cfg.train.output_dir)
+    recover_interrupted_saves(out)
+    resume = _resume_path(cfg)  # every refusal comes before anything is written
+    if cfg.data.source != "synthetic":
+        _pairs(cfg, None)  # a bad data file fails here, before the warm start and before anything is written
+    warm = warm_start_path(cfg) if (cfg.data.source == "synthetic" or cfg.model.init == "tiny") else None
+    pairs, held, norm_texts = _pairs(cfg, warm)
+    rm = _build_rm(cfg, warm, resume)
+    optimizer = torch.optim.AdamW(rm.parameters(), lr=cfg.train.lr)
+    start = 0
+    if resume is not None:
+        state = torch.load(resume / "trainer_state.pt", weights_only=False)
+        optimizer.load_state_dict(state["optimizer"])
+        start = state["step"]
+    else:
+        clear_run(out)
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = out / "metrics.jsonl"
+    if metrics.is_file():  # lines logged after the checkpoint we resume from are redone
+        kept = [line for line in metrics.read_text().splitlines() if json.loads(line)["step"] <= start]
+        metrics.write_text("".join(line + "\n" for line in kept))
+    log = metrics.open("a")
+
+    def on_step(n, stats):
+        log.write(json.dumps({"step": n, **{f"rm/{k}": v for k, v in stats.items()}}) + "\n")
+        log.flush()
+        if cfg.train.save_every and n % cfg.train.save_every == 0 and n < cfg.train.steps:
+            _save(out, f"step_{n}", rm, optimizer, n, cfg)
+
+    t0 = time.perf_counter()
+    before = evaluate_pairs(rm, held)
+    fit_reward_model(
+        rm,
+        pairs,
+        cfg.train.steps,
+        cfg.train.batch_size,
+        seed=cfg.train.seed,
+        optimizer=optimizer,
+        start_step=start,
+        on_step=on_step,
+        progress=cfg.train.progress,
+    )
+    log.close()
+    rm.eval()
+    norm = rm.normalize_on(norm_texts, source=cfg.data.source)
+    after = evaluate_pairs(rm, held)
+    summary = {
+        "train_pairs": len(pairs),
+        "heldout_pairs": len(held),
+        "heldout_accuracy_before": before["accuracy"],
+        "heldout_accuracy": after["accuracy"],
+        "heldout_loss": after["loss"],
+        "norm_mean": norm["mean"],
+        "norm_std": norm["std"],
+        "seconds": round(time.perf_counter() - t0, 1),
+        "resumed_from": str(resume or ""),
+    }
+    _save(out, "final", rm, optimizer, cfg.train.steps, cfg, {"summary": summary})
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main(argv=None) -> int:
+    """Exit 0 done, 2 bad input (config, data file, model path): one line on stderr, nothing written."""
+    ap = argparse.ArgumentParser(prog="python -m ppo_core.train_rm", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="rm_cpu", help="a preset (rm_cpu) or a YAML file (default: rm_cpu)")
+    ap.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.steps=50 data.source=x.jsonl")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads (see run.cli)
+    try:
+        cfg = load_rm_config(args.config, args.overrides)
+        if not cfg.train.progress:
+            from transformers.utils.logging import disable_progress_bar
+
+            disable_progress_bar()
+        summary = train_rm(cfg)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(
+        f"reward model: {cfg.train.output_dir}/final  held-out pairwise accuracy "
+        f"{summary['heldout_accuracy_before']:.3f} -> {summary['heldout_accuracy']:.3f} "
+        f"on {summary['heldout_pairs']} pairs; scores normalised "
+        f"(mean {summary['norm_mean']:.3f}, std {summary['norm_std']:.3f})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""PPO against a learned reward (reward.type=model): the frozen RM scores prompt + response once per rollout."""
+
+import pytest
+import torch
+
+from ppo_core.reward_model import RewardModel
+from ppo_core.run.config import ConfigError, load_config
+from ppo_core.trainer import PPOTrainer
+
+
+@pytest.fixture(scope="module")
+def rm_path(tiny_model_path, tmp_path_factory):
+    torch.manual_seed(3)
+    rm = RewardModel.from_lm(tiny_model_path)
+    torch.nn.init.normal_(rm.model.score.weight, std=0.5)
+    rm.mean, rm.std = 0.3, 2.0
+    path = tmp_path_factory.mktemp("rm") / "final"
+    rm.save_pretrained(path)
+    return str(path)
+
+
+def test_ppo_steps_against_a_learned_reward(tiny_model_path, tiny_overrides, rm_path, tmp_path, one_thread):
+    cfg = load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "run", 2, "reward.type=model",
+                                            f"reward.path={rm_path}", "train.tensorboard=false"))  # fmt: skip
+    trainer = PPOTrainer(cfg)
+    rm = trainer.reward_model
+    before = [p.clone() for p in rm.parameters()]
+    assert not rm.training and not any(p.requires_grad for p in rm.parameters())
+    records = trainer.prompt_batch(1)
+    completions = ["1+1=2\n#### 2", "x"] * (len(records) // 2)
+    want = (RewardModel.from_pretrained(rm_path).eval().raw_scores(
+        [p + c for p, c in zip(trainer.prompts(records), completions)]) - 0.3) / 2.0  # fmt: skip
+    torch.testing.assert_close(trainer.sequence_scores(records, completions), want)
+    for _ in range(2):
+        metrics = trainer.step()
+        assert {"rollout/gold_reward", "rollout/rule_reward"} <= set(metrics)
+        assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    assert all(torch.equal(a, b) for a, b in zip(before, rm.parameters()))  # frozen
+
+
+def test_rule_reward_has_no_model_and_no_extra_metrics(tiny_model_path, tiny_overrides, tmp_path, one_thread):
+    trainer = PPOTrainer(
+        load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "r", 1, "train.tensorboard=false"))
+    )
+    assert trainer.reward_model is None and "rollout/gold_reward" not in trainer.step()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["reward.type=model"], "reward.type=model needs reward.path"),
+        (["reward.type=model", "reward.path=/no/such/rm"], "'/no/such/rm' holds no config.json"),
+        (["reward.type=learned"], "reward.type must be rule or model"),
+    ],
+)
+def test_bad_reward_config_is_one_line(extra, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config("cpu", extra)
+
+
+def test_cli_exit_2(tmp_path, capsys):
+    from ppo_core.train import main
+
+    assert main(["reward.type=model", f"reward.path={tmp_path}", f"train.output_dir={tmp_path / 'out'}"]) == 2
+    assert "reward.type=model needs reward.path" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_overoptimisation_curve_records_proxy_gold_and_kl(
+    tiny_model_path, tiny_overrides, rm_path, tmp_path, one_thread
+):
+    from ppo_core.run.overoptimisation import CURVE_KEYS, ppo_against_reward_model
+
+    extra = [
+        o
+        for o in tiny_overrides(tiny_model_path, tmp_path / "unused", 1)
+        if not o.startswith(("train.output_dir", "train.steps"))
+    ]
+    run = ppo_against_reward_model(rm_path, 0.05, 2, str(tmp_path / "o"), extra, n_samples=3)
+    assert [c["step"] for c in run["curve"]] == [1, 2] and set(run["curve"][0]) == set(CURVE_KEYS)
+    assert run["curve"][0]["sqrt_kl"] >= 0 and len(run["samples"]) == 3
+    assert {"completion", "proxy", "gold"} <= set(run["samples"][0])

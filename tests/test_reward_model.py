@@ -1,0 +1,121 @@
+"""ppo_core.reward_model: the last-real-token score under either padding, Bradley-Terry, normalisation, save/load."""
+
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification
+
+from ppo_core.reward_model import (
+    RewardModel,
+    bradley_terry_loss,
+    last_token_index,
+    pairwise_accuracy,
+    sequence_scores,
+)
+from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET
+from ppo_core.tasks.tiny import build_char_tokenizer, build_tiny_model, save_tiny
+
+TEXTS = ["Ann has 3 apples.\n3+4=7\n#### 7", "Bob?\n1", "Cat has 9 pens and gets 0 more.\n9+0=9\n#### 9 extra"]
+
+
+@pytest.fixture(scope="module", params=["gpt2", "llama"])
+def rm(request, tmp_path_factory):
+    torch.manual_seed(0)
+    tok = build_char_tokenizer(SYNTHETIC_ALPHABET)
+    size = (
+        dict(n_embd=32, n_layer=1, n_head=2)
+        if request.param == "gpt2"
+        else dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    )
+    path = save_tiny(build_tiny_model(tok, request.param, **size), tok, tmp_path_factory.mktemp(request.param))
+    model = RewardModel.from_lm(path).eval()
+    torch.nn.init.normal_(model.model.score.weight, std=1.0)
+    return model
+
+
+def naive_scores(rm, texts):
+    """One unpadded sequence at a time, the score read at its final position."""
+    out = []
+    for text in texts:
+        ids = rm.tokenizer(text + rm.tokenizer.eos_token, return_tensors="pt")["input_ids"]  # (1, L), no padding
+        hidden = rm.model.base_model(input_ids=ids).last_hidden_state  # positions 0..L-1 by default
+        out.append(rm.model.score(hidden)[0, ids.shape[1] - 1, 0])
+    return torch.stack(out)
+
+
+def test_last_token_index_left_right_and_none():
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 0], [1, 1, 1, 1], [0, 1, 0, 0]])
+    assert last_token_index(mask).tolist() == [3, 2, 3, 1]
+    with pytest.raises(ValueError, match="no real token"):
+        last_token_index(torch.tensor([[0, 0], [1, 0]]))
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_scores_match_unpadded_loop(rm, side):
+    rm.tokenizer.padding_side = side
+    try:
+        batch = rm.encode(TEXTS)
+        assert (batch["attention_mask"] == 0).any()  # the texts differ in length: padding is exercised
+        with torch.no_grad():
+            got = rm(batch["input_ids"], batch["attention_mask"])
+            want = naive_scores(rm, TEXTS)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        if side == "right":  # reading index -1 would score a pad token
+            wrong = rm.model.score(
+                rm.model.base_model(
+                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+                ).last_hidden_state
+            )[:, -1, 0]
+            assert not torch.allclose(wrong, want, atol=1e-3)
+    finally:
+        rm.tokenizer.padding_side = "left"
+
+
+def test_transformers_pooling_agrees_when_pad_is_not_eos(rm):
+    """The library's own pooled output (rightmost non-pad id) reads the same index as our mask when pad != eos."""
+    assert rm.tokenizer.pad_token_id != rm.tokenizer.eos_token_id
+    batch = rm.encode(TEXTS)
+    from ppo_core.model import position_ids_from_mask
+
+    with torch.no_grad():
+        pooled = rm.model(**batch, position_ids=position_ids_from_mask(batch["attention_mask"])).logits[:, 0]
+        torch.testing.assert_close(pooled, sequence_scores(rm.model, **batch))
+
+
+def test_bradley_terry_matches_loop_and_masks_padded_pairs():
+    torch.manual_seed(1)
+    chosen, rejected = torch.randn(3, 4), torch.randn(3, 4)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]], dtype=torch.bool)
+    loss, stats = bradley_terry_loss(chosen, rejected, mask)
+    pairs = [(c, r) for c, r, m in zip(chosen.flatten().tolist(), rejected.flatten().tolist(), mask.flatten()) if m]
+    want = sum(-math.log(1 / (1 + math.exp(-(c - r)))) for c, r in pairs) / len(pairs)
+    assert loss.item() == pytest.approx(want, rel=1e-6)
+    assert stats["accuracy"] == pytest.approx(sum(c > r for c, r in pairs) / len(pairs))
+    garbage = torch.where(mask, rejected, torch.full_like(rejected, 1e4))  # padded pairs never matter
+    assert bradley_terry_loss(chosen, garbage, mask)[0].item() == pytest.approx(want, rel=1e-6)
+
+
+def test_bradley_terry_gradient_sign_and_stability():
+    chosen, rejected = torch.tensor([0.0], requires_grad=True), torch.tensor([0.0])
+    bradley_terry_loss(chosen, rejected)[0].backward()
+    assert chosen.grad.item() == pytest.approx(-0.5)  # descent raises the chosen score
+    loss, _ = bradley_terry_loss(torch.tensor([-200.0]), torch.tensor([200.0]))
+    assert torch.isfinite(loss) and loss.item() == pytest.approx(400.0)
+    assert bradley_terry_loss(torch.tensor([0.0]), torch.tensor([0.0]))[0].item() == pytest.approx(math.log(2))
+
+
+def test_pairwise_accuracy_ties_half():
+    assert pairwise_accuracy(torch.tensor([1.0, 0.0, 2.0]), torch.tensor([0.0, 0.0, 3.0])) == pytest.approx(0.5)
+
+
+def test_normalize_save_load_roundtrip(rm, tmp_path):
+    texts = TEXTS * 3
+    stats = rm.normalize_on(texts, source="test")
+    scores = rm.score_texts(texts)
+    assert scores.mean().item() == pytest.approx(0.0, abs=1e-5) and scores.std().item() == pytest.approx(1.0, abs=1e-4)
+    rm.save_pretrained(tmp_path)
+    back = RewardModel.from_pretrained(tmp_path).eval()
+    assert (back.mean, back.std) == (stats["mean"], stats["std"]) and back.norm_info["source"] == "test"
+    torch.testing.assert_close(back.score_texts(texts), scores)
+    assert isinstance(AutoModelForSequenceClassification.from_pretrained(tmp_path), torch.nn.Module)
