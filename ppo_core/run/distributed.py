@@ -18,8 +18,9 @@ How a step is shared by N ranks (rank r of N, B sequences per step):
    seq-mean-token-mean, responses for seq-mean-token-sum-norm. The policy loss (and chapter 07's KL in
    the loss, aggregated the same way) then has the gradient the single-process update takes. Terms that
    are token means while the policy loss is not (the entropy bonus, a value loss) get each rank's token
-   mean weighted by its response share: close to, not equal to, the single-process gradient. Logged loss
-   statistics are the same weighted means over ranks (``policy/max_abs_log_ratio`` a max).
+   mean weighted by its response share: close to, not equal to, the single-process gradient. The logged
+   losses are means over ranks weighted the same way, the token statistics (clipfrac, entropy, approx_kl,
+   value/*) by token counts, ``policy/max_abs_log_ratio`` a max: the single-process numbers.
 
 Gradients are averaged by an explicit ``all_reduce`` in a post-accumulate hook on each trainable
 parameter, not by wrapping the actor in ``DistributedDataParallel``: the trainer reaches into the
@@ -47,7 +48,17 @@ import torch.distributed as dist
 
 from ..trainer import PPOTrainer
 
-__all__ = ["is_distributed", "rank", "world_size", "init", "attach", "weights_digest", "DistributedPPOTrainer"]
+__all__ = [
+    "is_distributed",
+    "rank",
+    "world_size",
+    "init",
+    "attach",
+    "check_world",
+    "loss_units",
+    "weights_digest",
+    "DistributedPPOTrainer",
+]
 
 
 def is_distributed() -> bool:
@@ -110,18 +121,22 @@ def loss_units(mask: torch.Tensor, loss_agg_mode: str = "token-mean") -> torch.T
     return torch.tensor(mask.shape[0])  # seq-mean-token-sum-norm: sum / (B * T_max)
 
 
+LOSS_STATS = ("policy/loss", "kl/loss", "loss/total")
+"""Logged statistics averaged the way the policy loss is (``algo.loss_agg_mode``); the others are token means."""
+
+
 def _token_weighted(loss_fn):
     """A ``loss_fn`` whose loss is scaled so that the rank-averaged gradient is the global mean (module doc, 3)."""
     mode = getattr(loss_fn, "keywords", {}).get("loss_agg_mode", "token-mean")  # setup.algo_loss's partial
 
     def weighted(actor, part, *args):
         loss, stats = loss_fn(actor, part, *args)
-        units = loss_units(part["mask"], mode).to(torch.float64)
-        total = _all_sum(units)
-        share = (units / total).item()
+        mask = part["mask"]
+        counts = torch.stack([loss_units(mask, mode), mask.sum()]).to(torch.float64)
+        units, tokens = (counts / _all_sum(counts)).tolist()
         stats = dict(stats)
-        stats["_tokens"] = share  # the weight of this rank's stats in the global mean
-        return loss * (world_size() * share), stats
+        stats["_units"], stats["_tokens"] = units, tokens  # the weights of this rank's stats in the global means
+        return loss * (world_size() * units), stats
 
     return weighted
 
@@ -136,11 +151,12 @@ def _distributed_update(minibatch_update, actor, optimizer, mb: dict, **kwargs) 
 
         loss_fn = ppo_loss
     stats = minibatch_update(actor, optimizer, local, loss_fn=_token_weighted(loss_fn), **kwargs)
-    share = stats.pop("_tokens")  # mean over micro-batches of each micro-batch's token share
+    units, tokens = stats.pop("_units"), stats.pop("_tokens")  # means over micro-batches of each one's shares
     keys = sorted(k for k in stats if k not in ("train/grad_norm", "train/skipped", "policy/max_abs_log_ratio"))
-    sums = _all_sum(torch.tensor([stats[k] * share for k in keys] + [share], dtype=torch.float64))
+    weights = [units if k in LOSS_STATS else tokens for k in keys]
+    sums = _all_sum(torch.tensor([stats[k] * w for k, w in zip(keys, weights)] + [units, tokens], dtype=torch.float64))
     out = dict(stats)
-    out.update({k: (sums[i] / sums[-1]).item() for i, k in enumerate(keys)})
+    out.update({k: (sums[i] / sums[-2 if k in LOSS_STATS else -1]).item() for i, k in enumerate(keys)})
     if "policy/max_abs_log_ratio" in stats:
         m = torch.tensor([stats["policy/max_abs_log_ratio"]], dtype=torch.float64)
         dist.all_reduce(m, op=dist.ReduceOp.MAX)
@@ -204,6 +220,16 @@ def gather_rollout(ro, pad_id: int):
     return Rollout(**{k: v for k, v in full.items() if k in names}, prompt_len=P, completions=completions)
 
 
+def check_world(cfg, n: int) -> None:
+    """Refuse (ConfigError, one line) a batch that N ranks cannot share in whole groups of rollout.group_size."""
+    from .config import ConfigError
+
+    B, G = cfg.rollout.batch_size, cfg.rollout.group_size
+    if B % (n * G):  # each rank's contiguous slice of B / N rows must hold whole groups of G
+        what = f"the {n} ranks" if G == 1 else f"{n} ranks x rollout.group_size={G} (whole groups per rank)"
+        raise ConfigError(f"rollout.batch_size={B} must be a multiple of {what}: set it to a multiple of {n * G}")
+
+
 class DistributedPPOTrainer(PPOTrainer):
     """``PPOTrainer`` for one of N ranks (see the module doc). Build it inside the process group."""
 
@@ -213,14 +239,7 @@ class DistributedPPOTrainer(PPOTrainer):
 
         init(_device(cfg))
         r, n = rank(), world_size()
-        if cfg.rollout.batch_size % n:
-            raise ConfigError(f"rollout.batch_size={cfg.rollout.batch_size} must be a multiple of the {n} ranks")
-        G = cfg.rollout.group_size
-        if (cfg.rollout.batch_size // n) % G:  # each rank must hold whole groups (its slice is contiguous)
-            raise ConfigError(
-                f"rollout.batch_size={cfg.rollout.batch_size} / {n} ranks must be a multiple of rollout.group_size={G}"
-                f": set rollout.batch_size to a multiple of {n * G}"
-            )
+        check_world(cfg, n)
         refused = None
         if r > 0:  # logs in a private folder; resume from rank 0's checkpoint
             try:
