@@ -123,13 +123,14 @@ def load_models(cfg: Config, device: torch.device):
 
     Mixed precision the standard way (``run.precision``): the actor's weights are loaded in float32
     whatever ``model.dtype`` says, and ``model.dtype`` is the *compute* dtype its forward passes run in
-    (autocast); the frozen reference, which is never updated, is stored in ``model.dtype``.
+    (autocast); the frozen reference, which is never updated, is stored in ``model.dtype``. With LoRA
+    (``model.lora.r > 0``) the base is frozen too, so it is loaded in ``model.dtype`` (``run.lora``).
     """
     m = cfg.model
     path = str(_warm_started_tiny(cfg)) if m.name_or_path == "tiny" else m.name_or_path
     try:
         tokenizer = _load_tokenizer(path)
-        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        lm = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[m.dtype] if m.lora.r > 0 else torch.float32)
     except (OSError, ValueError) as err:
         raise _hub_error(path, err) from None
     if len(tokenizer) > lm.get_input_embeddings().num_embeddings:
