@@ -12,7 +12,7 @@ from ppo_core.model import lm_logits  # noqa: E402
 from ppo_core.rollout import score  # noqa: E402
 from ppo_core.run.config import ConfigError, load_config  # noqa: E402
 from ppo_core.run.evaluation import evaluate_checkpoint  # noqa: E402
-from ppo_core.run.lora import load_merged  # noqa: E402
+from ppo_core.run.lora import load_actor, load_merged  # noqa: E402
 from ppo_core.run.metrics import read_metrics  # noqa: E402
 from ppo_core.run.resume import save_checkpoint  # noqa: E402
 from ppo_core.train import main  # noqa: E402
@@ -90,3 +90,78 @@ def test_bad_lora_settings_are_refused_with_the_fix():
         load_config("cpu", ["model.lora.r=4", "model.lora.dropout=1.5"])
     with pytest.raises(ConfigError, match="model.lora.r must be >= 0"):
         load_config("cpu", ["model.lora.r=-1"])
+
+
+GRPO = ("algo.adv_estimator=grpo", "rollout.group_size=4", "algo.use_kl_in_reward=false", "algo.use_kl_loss=true")
+
+
+def _update_data(ro) -> dict:
+    """One minibatch of the whole rollout, as PPOTrainer.update builds it (no values: no critic)."""
+    keys = ("input_ids", "attention_mask", "response_ids", "mask")
+    return {
+        **{k: getattr(ro, k) for k in keys},
+        "old_logprobs": ro.logprobs,
+        "advantages": torch.zeros_like(ro.logprobs),
+        "ref_logprobs": ro.ref_logprobs,
+        "keep": ro.keep,
+    }
+
+
+def test_lora_without_a_critic_with_the_kl_in_the_loss(tiny_model_path, tiny_overrides, tmp_path, one_thread):
+    """GRPO with LoRA: no value head anywhere (model, optimizer, checkpoint), and the KL in the loss is taken
+    against the base with the adapters off: 0 before the update, > 0 after, the reference unchanged."""
+    tr = _trainer(tiny_model_path, tiny_overrides, tmp_path / "run", 2, *GRPO, "algo.kl_loss_coef=0.1")
+    assert tr.actor.value_head is None
+    trained = [p for n, p in tr.actor.named_parameters() if p.requires_grad]
+    assert trained and all("lora_" in n for n, p in tr.actor.named_parameters() if p.requires_grad)
+    assert sum(len(g["params"]) for g in tr.optimizer.param_groups) == len(trained)
+    ro = tr.collect(tr.prompt_batch(1))
+    assert ro.values is None
+    loss_fn, h = tr.hparams["loss_fn"], tr.hparams
+    args = (h["clip_eps"], h["vf_clip_eps"], h["vf_coef"], h["ent_coef"], h["temperature"])
+    with torch.no_grad():
+        _, before = loss_fn(tr.actor, _update_data(ro), *args)
+    assert abs(before["kl/loss"]) < 1e-10  # B = 0: the policy is the reference
+    metrics = tr.learn(ro)
+    assert "kl/loss" in metrics and not any(k.startswith("value/") for k in metrics)
+    with torch.no_grad():
+        _, after = loss_fn(tr.actor, _update_data(ro), *args)
+        ref_now, _ = lm_logits(tr.ref, ro.input_ids, ro.attention_mask, keep=ro.keep)
+    assert after["kl/loss"] > 1e-6  # the policy moved away from the reference ...
+    ref_lp = torch.log_softmax(ref_now.float() / tr.cfg.rollout.temperature, -1)
+    ref_lp = ref_lp.gather(-1, ro.response_ids.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(ref_lp, ro.ref_logprobs, rtol=0, atol=1e-6)  # ... which did not move
+
+    path = save_checkpoint(tr, "step_1")  # adapters, no value head
+    assert (path / "adapter_model.safetensors").is_file() and not (path / "value_head.pt").exists()
+    tr.logger.close()
+    fresh = _trainer(tiny_model_path, tiny_overrides, tmp_path / "fresh", 2, *GRPO)
+    load_actor(fresh.actor, path)
+    for (name, p), q in zip(tr.actor.named_parameters(), fresh.actor.parameters()):
+        assert torch.equal(p, q), name
+    fresh.logger.close()
+
+
+def test_lora_with_bf16_compute(tiny_model_path, tiny_overrides, tmp_path, one_thread):
+    """model.dtype=bfloat16 with LoRA: the frozen base in bf16 (no float32 copy), the adapters and the value
+    head float32 master weights with float32 AdamW state; the reference (adapters off, same autocast) gives
+    the policy's logprobs exactly at step 0 and stays bit-identical after the update; evaluate's merge
+    returns a bf16 model."""
+    tr = _trainer(tiny_model_path, tiny_overrides, tmp_path / "run", 2, "model.dtype=bfloat16")
+    for name, p in tr.actor.named_parameters():
+        trained = "lora_" in name or name.startswith("value_head.")
+        assert p.requires_grad == trained, name
+        assert p.dtype == (torch.float32 if trained else torch.bfloat16), name
+    base = [p.detach().clone() for p in tr.ref.parameters()]
+    lora = {n: p.detach().clone() for n, p in tr.actor.named_parameters() if "lora_" in n}
+    ro = tr.collect(tr.prompt_batch(1))
+    torch.testing.assert_close(ro.ref_logprobs, ro.logprobs, rtol=0, atol=0)  # the same forward with B A = 0
+    tr.learn(ro)
+    assert all(torch.equal(a, b) for a, b in zip(base, tr.ref.parameters()))
+    assert any(not torch.equal(p, lora[n]) for n, p in tr.actor.named_parameters() if "lora_" in n)
+    assert all(s["exp_avg"].dtype == torch.float32 for s in tr.optimizer.state.values())
+    path = save_checkpoint(tr, "step_1")
+    tr.logger.close()
+    merged = load_merged(path, dtype=torch.bfloat16)
+    assert {p.dtype for p in merged.parameters()} == {torch.bfloat16}
+    assert not any("lora_" in n for n, _ in merged.named_parameters())
