@@ -2,6 +2,9 @@
 value head train, checkpoints hold the adapters and resume repeats the run, evaluate merges them."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -165,3 +168,18 @@ def test_lora_with_bf16_compute(tiny_model_path, tiny_overrides, tmp_path, one_t
     merged = load_merged(path, dtype=torch.bfloat16)
     assert {p.dtype for p in merged.parameters()} == {torch.bfloat16}
     assert not any("lora_" in n for n, _ in merged.named_parameters())
+
+
+def test_no_peft_in_the_chapters_and_no_bitsandbytes_warning_from_it():
+    """The chapters' imports never load peft; a LoRA run's import of it prints nothing (bitsandbytes logs a
+    missing-kernel warning when peft imports it on some CPUs)."""
+    code = (
+        "import sys, ppo_core, ppo_core.trainer, ppo_core.run.cli, ppo_core.run.evaluation\n"
+        "assert 'peft' not in sys.modules, 'peft imported without LoRA'\n"
+        "from ppo_core.run.lora import _peft\n"
+        "_peft()\n"
+        "assert 'bitsandbytes' in sys.modules  # the import that would warn did run\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and proc.stderr == "", proc.stdout + proc.stderr

@@ -30,6 +30,22 @@ __all__ = ["apply_lora", "is_lora", "AdapterOffReference", "save_actor", "load_a
 ADAPTER_CONFIG = "adapter_config.json"
 
 
+def _peft():
+    """``import peft``, without the warning bitsandbytes logs on import on CPUs with AVX512-bf16 (an optional
+    4-bit kernel package is missing; LoRA here uses no 4-bit weights), which would land in every LoRA run's
+    output. Later imports are free: Python caches modules."""
+    import logging
+
+    quiet = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        import peft
+    finally:
+        quiet.setLevel(level)
+    return peft
+
+
 def _target_modules(spec: str):
     """'all-linear' (peft's shorthand: every linear layer but the LM head) or comma-separated names."""
     spec = spec.strip()
@@ -47,9 +63,8 @@ def apply_lora(actor, lora_cfg, gradient_checkpointing: bool = False, base_dtype
     ``peft`` wrapper is kept beside it (``actor.peft_model``, not a submodule, so it adds no
     parameters to the actor) for ``disable_adapter`` and for saving.
     """
-    from peft import LoraConfig, get_peft_model
-
-    config = LoraConfig(
+    peft = _peft()
+    config = peft.LoraConfig(
         r=lora_cfg.r,
         lora_alpha=lora_cfg.alpha,
         lora_dropout=lora_cfg.dropout,
@@ -59,9 +74,8 @@ def apply_lora(actor, lora_cfg, gradient_checkpointing: bool = False, base_dtype
     lm = actor.lm
     if base_dtype is not None:
         lm.to(base_dtype)  # frozen: never updated, so it needs no float32 master copy
-    peft_model = get_peft_model(
-        lm, config, autocast_adapter_dtype=True
-    )  # injects the adapters into lm's modules, freezes the rest of lm
+    # injects the adapters into lm's modules (float32 whatever lm's dtype), freezes the rest of lm
+    peft_model = peft.get_peft_model(lm, config, autocast_adapter_dtype=True)
     assert peft_model.get_base_model() is lm
     if gradient_checkpointing:
         lm.enable_input_require_grads()  # frozen embeddings: checkpointed blocks need an input that requires grad
@@ -151,7 +165,7 @@ def load_actor(actor, path) -> None:
         return
     if not is_lora_checkpoint(path):
         raise ValueError(f"{path} holds full weights, not LoRA adapters; resume it with model.lora.r=0")
-    from peft import set_peft_model_state_dict
+    set_peft_model_state_dict = _peft().set_peft_model_state_dict
     from safetensors.torch import load_file
 
     result = set_peft_model_state_dict(actor.peft_model, load_file(path / "adapter_model.safetensors"))
@@ -179,7 +193,7 @@ def load_merged(path, base: str | None = None, dtype: torch.dtype | None = None)
     the base model's speed with no ``peft`` wrapper. The merge is done in float32 (the adapters'
     dtype), then the model is cast to ``dtype`` (the run's ``model.dtype``) if given.
     """
-    from peft import PeftModel
+    PeftModel = _peft().PeftModel  # noqa: N806
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(path)
