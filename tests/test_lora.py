@@ -11,11 +11,15 @@ import torch
 
 pytest.importorskip("peft")
 
+from transformers import AutoModelForCausalLM  # noqa: E402
+
 from ppo_core.model import lm_logits  # noqa: E402
 from ppo_core.rollout import score  # noqa: E402
+from ppo_core.run import evaluation  # noqa: E402
+from ppo_core.run.cli import evaluate_main  # noqa: E402
 from ppo_core.run.config import ConfigError, load_config  # noqa: E402
 from ppo_core.run.evaluation import evaluate_checkpoint  # noqa: E402
-from ppo_core.run.lora import load_actor, load_merged  # noqa: E402
+from ppo_core.run.lora import _peft, load_actor, load_merged  # noqa: E402
 from ppo_core.run.metrics import read_metrics  # noqa: E402
 from ppo_core.run.resume import save_checkpoint  # noqa: E402
 from ppo_core.train import main  # noqa: E402
@@ -64,7 +68,9 @@ def test_reference_is_the_base_with_adapters_off_and_stays_frozen(
     tr.logger.close()
 
 
-def test_resume_repeats_the_run_and_evaluate_merges(tiny_model_path, tiny_overrides, tmp_path, one_thread, capsys):
+def test_resume_repeats_the_run_and_evaluate_merges(
+    tiny_model_path, tiny_overrides, tmp_path, one_thread, capsys, monkeypatch
+):
     whole, split = tmp_path / "whole", tmp_path / "split"
     assert main(tiny_overrides(tiny_model_path, whole, 4, *LORA)) == 0
     assert main(tiny_overrides(tiny_model_path, split, 2, *LORA)) == 0
@@ -78,11 +84,32 @@ def test_resume_repeats_the_run_and_evaluate_merges(tiny_model_path, tiny_overri
     assert (final / "adapter_model.safetensors").is_file() and not (final / "model.safetensors").exists()
     assert json.loads((final / "adapter_config.json").read_text())["r"] == 4
     summary = json.loads((whole / "summary.json").read_text())
+    scored = []  # the model evaluate scores: the trained policy, i.e. the base with the adapters merged in
+    real_accuracy = evaluation.accuracy
+    monkeypatch.setattr(evaluation, "accuracy", lambda lm, *a, **k: scored.append(lm) or real_accuracy(lm, *a, **k))
     got = evaluate_checkpoint(str(final))  # base + adapters merged: the run's own final accuracy
+    policy = _peft().PeftModel.from_pretrained(  # base + adapters, not merged
+        AutoModelForCausalLM.from_pretrained(
+            json.loads((final / "adapter_config.json").read_text())["base_model_name_or_path"]
+        ),
+        str(final),
+    )
+    ids = torch.randint(3, 30, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = policy(ids).logits
+        with policy.disable_adapter():
+            base = policy(ids).logits
+        torch.testing.assert_close(scored[0](ids).logits, want, rtol=1e-4, atol=1e-4)
+    assert (want - base).abs().max() > 1e-3  # the adapters moved the policy away from its base
     assert (got["sampled_accuracy"], got["greedy_accuracy"]) == (
         summary["after/sampled_accuracy"],
         summary["after/greedy_accuracy"],
     )
+    capsys.readouterr()
+    assert evaluate_main([str(final)]) == 0  # the command: python -m ppo_core.evaluate RUN/final
+    printed = capsys.readouterr().out
+    assert f"sampled accuracy {summary['after/sampled_accuracy']:.3f}" in printed
+    assert f"greedy accuracy {summary['after/greedy_accuracy']:.3f}" in printed
     with pytest.warns(UserWarning, match="settings that differ"):  # adapters into a full fine-tuning run: refused
         assert main(tiny_overrides(tiny_model_path, whole, 5, "train.resume=auto")) != 0
     assert "holds LoRA adapters; resume it with the run's model.lora.r" in capsys.readouterr().err
