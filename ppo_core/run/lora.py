@@ -15,7 +15,8 @@ autocast, so at step 0 its logprobs equal the policy's exactly.
 A LoRA checkpoint holds the adapters (``adapter_model.safetensors`` + ``adapter_config.json``, as
 ``peft`` writes them), the value head and the tokenizer, not the base weights: resuming loads the
 adapters back into the live model; ``python -m ppo_core.evaluate`` loads the base named in
-``adapter_config.json`` and merges the adapters into it (``merge_and_unload``).
+``adapter_config.json`` and merges the adapters into it (``merge_and_unload``, in float32, then cast to
+the run's ``model.dtype``). Without a critic (chapter 07) there is no value head to save or load.
 """
 
 import json
