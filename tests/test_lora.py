@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -13,13 +14,13 @@ pytest.importorskip("peft")
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from ppo_core.model import lm_logits  # noqa: E402
+from ppo_core.model import ActorWithValueHead, lm_logits  # noqa: E402
 from ppo_core.rollout import score  # noqa: E402
 from ppo_core.run import evaluation  # noqa: E402
 from ppo_core.run.cli import evaluate_main  # noqa: E402
-from ppo_core.run.config import ConfigError, load_config  # noqa: E402
+from ppo_core.run.config import ConfigError, LoraConfig, load_config  # noqa: E402
 from ppo_core.run.evaluation import evaluate_checkpoint  # noqa: E402
-from ppo_core.run.lora import _peft, load_actor, load_merged  # noqa: E402
+from ppo_core.run.lora import _no_peft_deprecation, _peft, apply_lora, load_actor, load_merged  # noqa: E402
 from ppo_core.run.metrics import read_metrics  # noqa: E402
 from ppo_core.run.resume import save_checkpoint  # noqa: E402
 from ppo_core.train import main  # noqa: E402
@@ -88,12 +89,9 @@ def test_resume_repeats_the_run_and_evaluate_merges(
     real_accuracy = evaluation.accuracy
     monkeypatch.setattr(evaluation, "accuracy", lambda lm, *a, **k: scored.append(lm) or real_accuracy(lm, *a, **k))
     got = evaluate_checkpoint(str(final))  # base + adapters merged: the run's own final accuracy
-    policy = _peft().PeftModel.from_pretrained(  # base + adapters, not merged
-        AutoModelForCausalLM.from_pretrained(
-            json.loads((final / "adapter_config.json").read_text())["base_model_name_or_path"]
-        ),
-        str(final),
-    )
+    base_path = json.loads((final / "adapter_config.json").read_text())["base_model_name_or_path"]
+    with _no_peft_deprecation():  # base + adapters, not merged
+        policy = _peft().PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_path), str(final))
     ids = torch.randint(3, 30, (2, 12), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         want = policy(ids).logits
@@ -192,7 +190,9 @@ def test_lora_with_bf16_compute(tiny_model_path, tiny_overrides, tmp_path, one_t
     assert all(s["exp_avg"].dtype == torch.float32 for s in tr.optimizer.state.values())
     path = save_checkpoint(tr, "step_1")
     tr.logger.close()
-    merged = load_merged(path, dtype=torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # none a learner cannot act on
+        merged = load_merged(path, dtype=torch.bfloat16)
     assert {p.dtype for p in merged.parameters()} == {torch.bfloat16}
     assert not any("lora_" in n for n, _ in merged.named_parameters())
 
@@ -210,3 +210,12 @@ def test_no_peft_in_the_chapters_and_no_bitsandbytes_warning_from_it():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "" and proc.stderr == "", proc.stdout + proc.stderr
+
+
+def test_apply_lora_warns_nothing(tiny_model_path):
+    """No warning a learner cannot act on (peft reads a transformers attribute that is deprecated)."""
+    actor = ActorWithValueHead(AutoModelForCausalLM.from_pretrained(tiny_model_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        apply_lora(actor, LoraConfig(r=4, alpha=8))
+    assert any("lora_" in n for n, _ in actor.named_parameters())

@@ -19,7 +19,9 @@ adapters back into the live model; ``python -m ppo_core.evaluate`` loads the bas
 the run's ``model.dtype``). Without a critic (chapter 07) there is no value head to save or load.
 """
 
+import contextlib
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -45,6 +47,14 @@ def _peft():
     finally:
         quiet.setLevel(level)
     return peft
+
+
+@contextlib.contextmanager
+def _no_peft_deprecation():
+    """peft reads an attribute transformers has deprecated: a FutureWarning no user can act on, kept out of runs."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        yield
 
 
 def _target_modules(spec: str):
@@ -75,8 +85,8 @@ def apply_lora(actor, lora_cfg, gradient_checkpointing: bool = False, base_dtype
     lm = actor.lm
     if base_dtype is not None:
         lm.to(base_dtype)  # frozen: never updated, so it needs no float32 master copy
-    # injects the adapters into lm's modules (float32 whatever lm's dtype), freezes the rest of lm
-    peft_model = peft.get_peft_model(lm, config, autocast_adapter_dtype=True)
+    with _no_peft_deprecation():  # injects the adapters into lm's modules (float32), freezes the rest of lm
+        peft_model = peft.get_peft_model(lm, config, autocast_adapter_dtype=True)
     assert peft_model.get_base_model() is lm
     if gradient_checkpointing:
         lm.enable_input_require_grads()  # frozen embeddings: checkpointed blocks need an input that requires grad
@@ -204,5 +214,6 @@ def load_merged(path, base: str | None = None, dtype: torch.dtype | None = None)
     if len(tokenizer) > lm.get_input_embeddings().num_embeddings:  # the run added a pad token (run/setup.py)
         lm.resize_token_embeddings(len(tokenizer))
     lm.config.pad_token_id = tokenizer.pad_token_id
-    merged = PeftModel.from_pretrained(lm, str(path)).merge_and_unload()
+    with _no_peft_deprecation():
+        merged = PeftModel.from_pretrained(lm, str(path)).merge_and_unload()
     return merged if dtype is None else merged.to(dtype)
