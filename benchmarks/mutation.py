@@ -1,4 +1,4 @@
-"""Mutation score of the PPO algorithm: chapters 01-05's modules and the trainer's step (issue 19).
+"""Mutation score of the PPO algorithm: chapters 01-05's and 07's modules and the trainer's step (issue 19).
 
     pip install -r benchmarks/requirements-mutation.txt     # mutmut 3.8.1, not part of the course's install
     python benchmarks/mutation.py                            # every target below, 2 workers
@@ -33,6 +33,7 @@ TARGETS = {
     "gae": ["ppo_core.gae.*"],
     "losses": ["ppo_core.losses.*"],
     "update": ["ppo_core.update.*"],
+    "advantages": ["ppo_core.advantages.*"],
     "trainer": ["ppo_core.trainer.xǁPPOTrainerǁlearn__mutmut_*", "ppo_core.trainer.xǁPPOTrainerǁupdate__mutmut_*"],
 }
 """mutmut's names of the mutants to run, by target: whole modules, and the trainer's steps 3-6 (``learn`` and

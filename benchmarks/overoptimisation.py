@@ -1,9 +1,13 @@
 """Reward over-optimisation on the CPU (chapter 06, longer than the chapter's run): gold vs proxy vs sqrt(KL).
 
-    python benchmarks/overoptimisation.py [--kl 0 0.02 0.1] [--steps 40] [--rm-steps 120] [--pairs 256]
+    python benchmarks/overoptimisation.py [--kl 0 0.02 0.1] [--steps 40] [--rm-steps 120] [--pairs 256] [--seed 0]
+    python benchmarks/overoptimisation.py --chapter --seed 1     # chapter 06's settings and its checks, another seed
 
 Trains a small reward model on synthetic preference pairs (labelled by the gold reward), then runs PPO
 against it from the same warm start at each kl_coef, printing per step sqrt(KL), proxy, gold, rule, length.
+``--seed`` seeds the warm start, the preference pairs, the reward model and PPO. ``--chapter`` uses chapter
+06's settings (60 reward-model steps on 256 pairs, a linear head, kl_coef 0 and 0.1, 24 PPO steps) and ends
+with the verdict of each of the chapter's assertions on this run, to see whether they hold beyond seed 0.
 """
 
 import argparse
@@ -13,13 +17,35 @@ import time
 import torch
 
 
-def train_small_rm(out: str, pairs: int, rm_steps: int, hidden: int, seed: int = 0) -> dict:
+def train_small_rm(out: str, pairs: int, rm_steps: int, hidden: int, seed: int = 0, extra=()) -> dict:
     from ppo_core.run.rm import load_rm_config, train_rm
 
     cfg = load_rm_config("rm_cpu", [f"data.n_pairs={pairs}", f"train.steps={rm_steps}", f"model.hidden_size={hidden}",
                                     f"train.output_dir={out}", "train.overwrite=true", "train.progress=false",
-                                    "train.save_every=0", f"train.seed={seed}", "train.lr=1e-3"])  # fmt: skip
+                                    "train.save_every=0", f"train.seed={seed}", *extra])  # fmt: skip
     return train_rm(cfg)
+
+
+def smooth(xs, k=5):
+    """The chapter's running mean over the last k steps."""
+    return [sum(xs[max(0, i - k + 1) : i + 1]) / len(xs[max(0, i - k + 1) : i + 1]) for i in range(len(xs))]
+
+
+def chapter_verdicts(curves: dict) -> list[tuple[str, bool]]:
+    """Chapter 06's assertions (its section 6), evaluated on these curves."""
+    low, high = min(curves), max(curves)
+    gold, proxy = smooth([c["gold"] for c in curves[low]]), smooth([c["proxy"] for c in curves[low]])
+    peak = max(range(len(gold)), key=gold.__getitem__)
+    return [
+        (f"proxy rises by > 0.5 at kl_coef {low} ({proxy[-1] - proxy[0]:+.2f})", proxy[-1] > proxy[0] + 0.5),
+        (f"gold peak > start + 0.02 ({gold[peak] - gold[0]:+.3f})", gold[peak] > gold[0] + 0.02),
+        (f"gold falls > 0.05 after its peak ({gold[peak] - gold[-1]:.3f})", gold[peak] > gold[-1] + 0.05),
+        (
+            f"kl_coef {high} ends closer to the reference (sqrt KL {curves[high][-1]['sqrt_kl']:.2f} vs "
+            f"{curves[low][-1]['sqrt_kl']:.2f})",
+            curves[high][-1]["sqrt_kl"] < curves[low][-1]["sqrt_kl"],
+        ),
+    ]
 
 
 def main():
@@ -34,12 +60,18 @@ def main():
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--out", default="outputs/overopt")
     ap.add_argument("--json", default="")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--chapter", action="store_true", help="chapter 06's settings, and its checks at the end")
     args = ap.parse_args()
+    rm_extra = ["train.lr=1e-3"]
+    if args.chapter:
+        args.kl, args.steps, args.rm_steps, args.pairs, args.hidden = [0.0, 0.1], 24, 60, 256, 0
+        args.batch, args.lr, args.epochs, rm_extra = 32, 3e-4, 4, ["data.eval_pairs=128"]
     torch.set_num_threads(2)
     from ppo_core.run.overoptimisation import ppo_against_reward_model
 
     t0 = time.perf_counter()
-    summary = train_small_rm(f"{args.out}/rm", args.pairs, args.rm_steps, args.hidden)
+    summary = train_small_rm(f"{args.out}/rm", args.pairs, args.rm_steps, args.hidden, args.seed, rm_extra)
     print(f"reward model: {json.dumps(summary)} ({time.perf_counter() - t0:.0f} s)", flush=True)
     curves = {}
     for kl in args.kl:
@@ -51,6 +83,7 @@ def main():
             f"ppo.ppo_epochs={args.epochs}",
             "ppo.value_lr=0",  # the critic chapter 06 uses: one learning rate and one lambda (the cpu preset's
             "ppo.lam_value=null",  # value_lr and lam_value slowed the proxy's rise in its short run)
+            f"train.seed={args.seed}",
         ]
         run = ppo_against_reward_model(f"{args.out}/rm/final", kl, args.steps, f"{args.out}/ppo_{kl}", overrides)
         curves[kl] = run["curve"]
@@ -60,6 +93,10 @@ def main():
         for x in run["samples"]:
             print(f"   {x['completion']!r:40} proxy {x['proxy']:+.2f} gold {x['gold']:+.2f}")
         print(f"kl_coef={kl}: {time.perf_counter() - t1:.0f} s", flush=True)
+    if args.chapter:
+        print(f"chapter 06's checks, seed {args.seed}:")
+        for what, ok in chapter_verdicts(curves):
+            print(f"  {'PASS' if ok else 'FAIL'}  {what}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rm": summary, "curves": {str(k): v for k, v in curves.items()}}, f)

@@ -161,3 +161,21 @@ def test_a_cache_miss_does_not_move_the_global_rng(tmp_path):
     torch.manual_seed(123)
     warm_start(tmp_path, **{**FAST, "steps": 2})
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_cosine_schedule_equals_transformers():
+    from transformers import get_cosine_schedule_with_warmup
+
+    from ppo_core.tasks.warmstart import cosine_schedule_with_warmup
+
+    for warmup, total in [(1, 10), (4, 40), (0, 7)]:
+        lrs = []
+        for make in (cosine_schedule_with_warmup, get_cosine_schedule_with_warmup):
+            opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.3)
+            sched = make(opt, warmup, total)
+            lrs.append([])
+            for _ in range(total + 2):
+                lrs[-1].append(opt.param_groups[0]["lr"])
+                opt.step()
+                sched.step()
+        assert lrs[0] == pytest.approx(lrs[1], abs=1e-12)

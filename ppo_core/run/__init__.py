@@ -15,4 +15,6 @@
 | run.cli             | ``python -m ppo_core.train`` and ``python -m ppo_core.evaluate``       |
 | run.rm              | ``python -m ppo_core.train_rm``: the reward model's config and run     |
 | run.overoptimisation | PPO against a learned reward: proxy, gold and sqrt(KL) per step      |
+| run.lora            | LoRA through peft: adapters, the reference with them off, checkpoints  |
+| run.distributed     | data parallel under ``torchrun``: sliced sampling, gathered batch      |
 """

@@ -61,7 +61,10 @@ def _run(args) -> int:
 
             disable_progress_bar()
         from ..trainer import PPOTrainer  # loads torch: after _passive_openmp
+        from . import distributed
 
+        if distributed.launched_by_torchrun():  # torchrun --nproc_per_node=N: data parallel (run/distributed.py)
+            PPOTrainer = distributed.DistributedPPOTrainer  # noqa: N806
         summary = PPOTrainer(cfg).train()
     except ConfigError as err:  # bad config, data, model path or device: nothing was written
         return _fail(err, 2)

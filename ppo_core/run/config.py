@@ -19,6 +19,20 @@ PRESETS = ("cpu", "cuda", "cpu-grpo", "cpu-drgrpo", "cpu-rloo", "cpu-reinforcepp
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters through peft (run/lora.py); r = 0 trains every weight (full fine-tuning)."""
+
+    r: int = 0
+    """Adapter rank; 0 = no adapters, full fine-tuning. With r > 0 the reference is the base with adapters off."""
+    alpha: float = 16.0
+    """Scale: the update is (alpha / r) B A."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input; keep 0: PPO's ratio must be exactly 1 before the first update."""
+    target_modules: str = "all-linear"
+    """'all-linear' (every linear layer but the LM head) or comma-separated module names, e.g. 'q_proj,v_proj'."""
+
+
+@dataclass
 class ModelConfig:
     name_or_path: str = "tiny"
     """'tiny': the offline tiny model, warm-started on the synthetic task; else a hub id or a local folder."""
@@ -30,6 +44,8 @@ class ModelConfig:
     """Recompute activations in the backward pass: less memory, ~30 % more time."""
     value_head_init_std: float = 0.0
     """Std of the value head's initial weights (0 = zeros, so V starts at 0)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA adapters (model.lora.r > 0) instead of full fine-tuning."""
 
 
 @dataclass
@@ -291,6 +307,8 @@ def _did_you_mean(key: str, valid: list[str]) -> str:
     if len(close) > 1 and section:  # prefer the section the key named, or the one it misspelt
         best = difflib.get_close_matches(section, [k.rsplit(".", 1)[0] + "." for k in close], n=1)
         close = [k for k in close if best and k.startswith(best[0])] or close
+    if not close and section:  # a cut-off name: the first key it begins
+        close = [k for k in leaves if k.startswith(key)][:1]
     if not close:
         close = difflib.get_close_matches(key, leaves if section else valid, n=1)
     if not close and section:  # a cut-off or misspelt name inside a known section
@@ -404,6 +422,10 @@ def validate(c: Config) -> None:
     )
     _one_of(c.model.dtype, tuple(DTYPES), "model.dtype")
     _one_of(c.model.device, DEVICES, "model.device")
+    lo = c.model.lora  # LoRA (run/lora.py)
+    _check(lo.r >= 0, f"model.lora.r must be >= 0 (0 = full fine-tuning), got {lo.r}")
+    _check(0 <= lo.dropout < 1, f"model.lora.dropout must be in [0, 1), got {lo.dropout}")
+    _check(lo.r == 0 or lo.alpha > 0, f"model.lora.alpha must be > 0, got {lo.alpha}")
     _one_of(c.data.task, TASKS, "data.task")
     _one_of(c.data.prompt_style, PROMPT_STYLES, "data.prompt_style")
     _check(c.data.max_prompt_len >= 1, f"data.max_prompt_len must be >= 1, got {c.data.max_prompt_len}")

@@ -13,6 +13,7 @@ from ..tasks import rewards
 from ..tasks.data import build_prompt
 from ..tasks.rewards import is_correct
 from .config import load_config
+from .lora import is_lora_checkpoint, load_merged
 from .precision import DTYPES
 from .setup import fit_prompt_len, load_task, resolve_device
 
@@ -47,7 +48,7 @@ def accuracy(lm, tokenizer, records: list[dict], cfg, greedy: bool = False, corr
 def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> dict:
     """Load a step_N/final folder and return its held-out sampled and greedy accuracy."""
     ckpt = Path(checkpoint)
-    if not (ckpt / "config.json").is_file():
+    if not (ckpt / "config.json").is_file() and not is_lora_checkpoint(ckpt):
         raise FileNotFoundError(f"{ckpt} is not a checkpoint folder (no config.json); pass a step_N or final folder")
     run_cfg = ckpt.parent / "effective_config.yaml"
     if preset == "auto":
@@ -55,8 +56,11 @@ def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> 
     cfg = load_config(preset, list(overrides))
     _, test, _, correct_fn = load_task(cfg)
     test = test[: cfg.train.eval_samples]
-    device = resolve_device(cfg.model.device)
-    lm = AutoModelForCausalLM.from_pretrained(ckpt, dtype=DTYPES[cfg.model.dtype]).to(device)  # the run's own
+    device, dtype = resolve_device(cfg.model.device), DTYPES[cfg.model.dtype]  # the run's own
+    if is_lora_checkpoint(ckpt):  # a LoRA checkpoint: its base with the adapters merged in (run/lora.py)
+        lm = load_merged(ckpt, dtype=dtype).to(device)
+    else:
+        lm = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype).to(device)
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
     fit_prompt_len(cfg, lm)
     return {

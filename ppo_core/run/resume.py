@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from ..model import VALUE_HEAD_FILE
+from . import lora
 from .checkpoint import (
     STATE_FILE,
     checkpoint_step,
@@ -34,7 +34,6 @@ from .checkpoint import (
 from .config import ConfigError
 from .guards import NonFiniteError, nonfinite_parameters
 from .metrics import MetricsLogger, last_logged_step
-from .precision import load_weights_
 
 __all__ = ["resume_path", "open_run", "save_checkpoint", "load_checkpoint", "set_aside_after"]
 
@@ -105,7 +104,7 @@ def save_checkpoint(trainer, name: str) -> Path:
     }
 
     def write(tmp: Path) -> None:
-        trainer.actor.save_pretrained(tmp)
+        lora.save_actor(trainer.actor, tmp)  # full weights, or adapters + value head (run/lora.py)
         trainer.tokenizer.save_pretrained(tmp)
         torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
         summary = {"step": trainer.step_count, "kl_coef": trainer.kl_ctl.value}
@@ -132,10 +131,10 @@ def load_checkpoint(trainer, path) -> None:
             "the continuation will not match an uninterrupted run",
             stacklevel=2,
         )
-    load_weights_(trainer.actor.lm, path)  # in place, one tensor at a time: no second model in memory
-    if trainer.actor.value_head is not None:  # chapter 07's critic-free methods have none
-        head = torch.load(path / VALUE_HEAD_FILE, map_location=trainer.device, weights_only=True)
-        trainer.actor.value_head.load_state_dict(head)
+    try:  # full weights in place (no second model in memory), or adapters; the value head if any (run/lora.py)
+        lora.load_actor(trainer.actor, path)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     optimizer_state = torch.load(path / "optimizer.pt", map_location=trainer.device, weights_only=False)
     trainer.optimizer.load_state_dict(optimizer_state)
     trainer.step_count, trainer.kl_ctl.value = state["step"], state["kl_coef"]

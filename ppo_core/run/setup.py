@@ -131,13 +131,14 @@ def load_models(cfg: Config, device: torch.device):
 
     Mixed precision the standard way (``run.precision``): the actor's weights are loaded in float32
     whatever ``model.dtype`` says, and ``model.dtype`` is the *compute* dtype its forward passes run in
-    (autocast); the frozen reference, which is never updated, is stored in ``model.dtype``.
+    (autocast); the frozen reference, which is never updated, is stored in ``model.dtype``. With LoRA
+    (``model.lora.r > 0``) the base is frozen too, so it is loaded in ``model.dtype`` (``run.lora``).
     """
     m = cfg.model
     path = str(_warm_started_tiny(cfg)) if m.name_or_path == "tiny" else m.name_or_path
     try:
         tokenizer = _load_tokenizer(path)
-        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        lm = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[m.dtype] if m.lora.r > 0 else torch.float32)
     except (OSError, ValueError) as err:
         raise _hub_error(path, err) from None
     if len(tokenizer) > lm.get_input_embeddings().num_embeddings:
@@ -149,6 +150,10 @@ def load_models(cfg: Config, device: torch.device):
     critic = uses_critic(cfg)  # GRPO, RLOO and REINFORCE++ (chapter 07) build no value head
     actor = ActorWithValueHead(lm, m.value_head_init_std, compute_dtype=DTYPES[m.dtype], with_value_head=critic)
     actor = actor.to(device)
+    if m.lora.r > 0:  # LoRA (run/lora.py): frozen base in model.dtype, the reference is it with the adapters off
+        from .lora import apply_lora
+
+        return (*apply_lora(actor, m.lora, m.gradient_checkpointing, base_dtype=DTYPES[m.dtype]), tokenizer, path)
     ref = make_reference(actor).to(device=device, dtype=DTYPES[m.dtype])
     return actor, ref, tokenizer, path
 

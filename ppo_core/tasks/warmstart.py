@@ -23,6 +23,7 @@ and a second call with the same settings returns that folder at once.
 
 import hashlib
 import json
+import math
 import random
 import re
 import resource
@@ -31,7 +32,6 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
-from transformers import get_cosine_schedule_with_warmup
 
 from ..rollout import complete
 from ..utils import write_folder_atomically
@@ -159,6 +159,23 @@ def _task_digest(records: list[dict]) -> str:
     return hashlib.sha256(json.dumps(records, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def cosine_schedule_with_warmup(optimizer, warmup_steps: int, total_steps: int):
+    """Linear warm-up to the base lr over ``warmup_steps``, then a half cosine down to 0 at ``total_steps``.
+
+    The formula of transformers' ``get_cosine_schedule_with_warmup`` (tests/test_warmstart.py checks they
+    agree), written here because importing that one loads transformers' trainer utilities, which import
+    peft and bitsandbytes and print a kernel warning on CPU machines.
+    """
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return step / max(1, warmup_steps)
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
 def _train(settings: dict, train: list[dict], progress: bool) -> tuple:
     """Build the tokenizer and model; run the supervised steps. Returns (model, tokenizer, losses)."""
     s = settings
@@ -167,7 +184,7 @@ def _train(settings: dict, train: list[dict], progress: bool) -> tuple:
     tokenizer = build_char_tokenizer(SYNTHETIC_ALPHABET)
     model = build_tiny_model(tokenizer, s["arch"], **s["size"]).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"], weight_decay=0.0, betas=ADAM_BETAS)
-    scheduler = get_cosine_schedule_with_warmup(optimizer, max(1, int(WARMUP_FRACTION * s["steps"])), s["steps"])
+    scheduler = cosine_schedule_with_warmup(optimizer, max(1, int(WARMUP_FRACTION * s["steps"])), s["steps"])
     losses = []
     steps = range(s["steps"])
     if progress:

@@ -1,0 +1,291 @@
+"""Data parallel on one node: ``torchrun --nproc_per_node=N -m ppo_core.train ...`` (gloo on CPU, NCCL on GPU).
+
+How a step is shared by N ranks (rank r of N, B sequences per step):
+
+1. sample + score: rank r takes the contiguous slice ``B/N * r .. B/N * (r + 1)`` of the step's prompts
+   (with ``rollout.group_size`` G > 1, B/N must be a multiple of G, so each rank holds whole groups)
+   and samples and scores them (the reward model too, ``reward.type=model``) from its own stream: torch
+   is seeded from ``(train.seed, step, rank)`` before sampling, so the stream is a pure function of the
+   step and a resumed run repeats the same samples.
+2. the scored rollouts are gathered (padded to a common prompt and response length) so every rank
+   holds the whole batch: rewards, GAE, whitening, the KL controller and every logged mean are then
+   computed over the global batch by the unchanged single-process code, identically on every rank.
+   Gathered in rank order, the rows are the step's prompts in order: a group's G rows stay contiguous.
+3. update: the minibatch order comes from the shuffle generator, identical on every rank; rank r
+   runs forward/backward on its share ``idx[r::N]`` of each minibatch. Its loss is reweighted by
+   ``N * n_r / n_all`` and the gradients are averaged over ranks, where n counts what the policy loss
+   averages over (``algo.loss_agg_mode``): tokens for token-mean, responses with a token for
+   seq-mean-token-mean, responses for seq-mean-token-sum-norm. The policy loss (and chapter 07's KL in
+   the loss, aggregated the same way) then has the gradient the single-process update takes. Terms that
+   are token means while the policy loss is not (the entropy bonus, a value loss) get each rank's token
+   mean weighted by its response share: close to, not equal to, the single-process gradient. The logged
+   losses are means over ranks weighted the same way, the token statistics (clipfrac, entropy, approx_kl,
+   value/*) by token counts, ``policy/max_abs_log_ratio`` a max: the single-process numbers.
+
+Gradients are averaged by an explicit ``all_reduce`` in a post-accumulate hook on each trainable
+parameter, not by wrapping the actor in ``DistributedDataParallel``: the trainer reaches into the
+actor (``actor.lm`` for sampling, ``actor.value_head``, the swappable ``logits_fn``), which a DDP
+wrapper would hide, and the token reweighting has to happen in the loss anyway. The hook reduces
+once per backward; with ``ppo.grad_accum_steps > 1`` that stays exact, because the already averaged
+part of the gradient is equal on every rank and the average is linear.
+
+Rank 0 alone writes the run folder and its checkpoints. Rank r > 0 runs the same loop with its logs
+in ``output_dir/.rank{r}/`` (no intermediate checkpoints; transformers itself saves model weights
+from rank 0 only); it resumes from rank 0's checkpoint. At the end every rank hashes its weights and
+rank 0 writes the digests to ``ranks.json``; the run fails if they differ.
+"""
+
+import functools
+import hashlib
+import json
+import os
+from dataclasses import fields
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ..trainer import PPOTrainer
+
+__all__ = [
+    "is_distributed",
+    "rank",
+    "world_size",
+    "init",
+    "attach",
+    "check_world",
+    "loss_units",
+    "weights_digest",
+    "DistributedPPOTrainer",
+]
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def launched_by_torchrun() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def init(device: torch.device | None = None) -> None:
+    """Join the process group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR/PORT in the environment)."""
+    if is_distributed():
+        return
+    backend = "nccl" if device is not None and device.type == "cuda" else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend, timeout=timedelta(minutes=30))
+
+
+def _all_sum(t: torch.Tensor) -> torch.Tensor:
+    t = t.clone()
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+def sync_gradients(actor) -> None:
+    """Average each trainable parameter's gradient over ranks after every backward (see the module doc)."""
+    n = world_size()
+
+    def hook(p):
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+        p.grad.div_(n)
+
+    for p in actor.parameters():
+        if p.requires_grad:
+            p.register_post_accumulate_grad_hook(hook)
+
+
+def broadcast_parameters(actor) -> None:
+    """Start every rank from rank 0's weights (a randomly initialised value head differs otherwise)."""
+    for t in [*actor.parameters(), *actor.buffers()]:
+        dist.broadcast(t.data, src=0)
+
+
+def loss_units(mask: torch.Tensor, loss_agg_mode: str = "token-mean") -> torch.Tensor:
+    """What the policy loss averages over in a (B, T) ``mask``: tokens, responses with a token, or responses."""
+    if loss_agg_mode == "token-mean":
+        return mask.sum()
+    if loss_agg_mode == "seq-mean-token-mean":
+        return mask.any(dim=1).sum()
+    return torch.tensor(mask.shape[0])  # seq-mean-token-sum-norm: sum / (B * T_max)
+
+
+LOSS_STATS = ("policy/loss", "kl/loss", "loss/total")
+"""Logged statistics averaged the way the policy loss is (``algo.loss_agg_mode``); the others are token means."""
+
+
+def _token_weighted(loss_fn):
+    """A ``loss_fn`` whose loss is scaled so that the rank-averaged gradient is the global mean (module doc, 3)."""
+    mode = getattr(loss_fn, "keywords", {}).get("loss_agg_mode", "token-mean")  # setup.algo_loss's partial
+
+    def weighted(actor, part, *args):
+        loss, stats = loss_fn(actor, part, *args)
+        mask = part["mask"]
+        counts = torch.stack([loss_units(mask, mode), mask.sum()]).to(torch.float64)
+        units, tokens = (counts / _all_sum(counts)).tolist()
+        stats = dict(stats)
+        stats["_units"], stats["_tokens"] = units, tokens  # the weights of this rank's stats in the global means
+        return loss * (world_size() * units), stats
+
+    return weighted
+
+
+def _distributed_update(minibatch_update, actor, optimizer, mb: dict, **kwargs) -> dict:
+    """Run ``minibatch_update`` on this rank's share of ``mb``; return statistics over the global minibatch."""
+    r, n = rank(), world_size()
+    local = {k: (v[r::n] if torch.is_tensor(v) else v) for k, v in mb.items()}
+    loss_fn = kwargs.pop("loss_fn", None)
+    if loss_fn is None:
+        from ..update import ppo_loss
+
+        loss_fn = ppo_loss
+    stats = minibatch_update(actor, optimizer, local, loss_fn=_token_weighted(loss_fn), **kwargs)
+    units, tokens = stats.pop("_units"), stats.pop("_tokens")  # means over micro-batches of each one's shares
+    keys = sorted(k for k in stats if k not in ("train/grad_norm", "train/skipped", "policy/max_abs_log_ratio"))
+    weights = [units if k in LOSS_STATS else tokens for k in keys]
+    sums = _all_sum(torch.tensor([stats[k] * w for k, w in zip(keys, weights)] + [units, tokens], dtype=torch.float64))
+    out = dict(stats)
+    out.update({k: (sums[i] / sums[-2 if k in LOSS_STATS else -1]).item() for i, k in enumerate(keys)})
+    if "policy/max_abs_log_ratio" in stats:
+        m = torch.tensor([stats["policy/max_abs_log_ratio"]], dtype=torch.float64)
+        dist.all_reduce(m, op=dist.ReduceOp.MAX)
+        out["policy/max_abs_log_ratio"] = m.item()
+    return out
+
+
+def attach(trainer) -> None:
+    """Make ``trainer``'s update data parallel: same weights everywhere, gradient averaging, global stats.
+
+    Whitening and the logged means are over the global batch because every rank holds the whole
+    rollout (step 2 in the module doc).
+    """
+    broadcast_parameters(trainer.actor)
+    sync_gradients(trainer.actor)
+    trainer.minibatch_update = functools.partial(_distributed_update, trainer.minibatch_update)
+
+
+def _pad_rollout(ro, prompt_len: int, response_len: int, pad_id: int):
+    """Left-pad the prompt part to ``prompt_len`` and right-pad the response part to ``response_len``."""
+    dp, dt = prompt_len - ro.prompt_len, response_len - ro.response_ids.shape[1]
+
+    def both(t, fill):  # (B, P + T)
+        left = torch.full((t.shape[0], dp), fill, dtype=t.dtype, device=t.device)
+        right = torch.full((t.shape[0], dt), fill, dtype=t.dtype, device=t.device)
+        return torch.cat([left, t, right], 1)
+
+    def resp(t, fill):  # (B, T)
+        return torch.cat([t, torch.full((t.shape[0], dt), fill, dtype=t.dtype, device=t.device)], 1)
+
+    return {
+        "input_ids": both(ro.input_ids, pad_id),
+        "attention_mask": both(ro.attention_mask, 0),
+        "response_ids": resp(ro.response_ids, pad_id),
+        "mask": resp(ro.mask, False),
+        "logprobs": resp(ro.logprobs, 0.0),
+        "values": resp(ro.values, 0.0) if ro.values is not None else None,  # None: no critic (chapter 07)
+        "ref_logprobs": resp(ro.ref_logprobs, 0.0),
+        "scores": ro.scores,
+    }
+
+
+def gather_rollout(ro, pad_id: int):
+    """Every rank's scored rollout, concatenated in rank order, on every rank."""
+    from ..rollout import Rollout
+
+    sizes = [None] * world_size()
+    dist.all_gather_object(sizes, (ro.prompt_len, ro.response_ids.shape[1], ro.completions))
+    P, T = max(s[0] for s in sizes), max(s[1] for s in sizes)
+    padded = _pad_rollout(ro, P, T, pad_id)
+    full = {}
+    for key, t in padded.items():
+        if t is None:
+            full[key] = None
+            continue
+        parts = [torch.empty_like(t) for _ in range(world_size())]
+        dist.all_gather(parts, t.contiguous())
+        full[key] = torch.cat(parts)
+    names = {f.name for f in fields(Rollout)}
+    completions = [c for s in sizes for c in s[2]]
+    return Rollout(**{k: v for k, v in full.items() if k in names}, prompt_len=P, completions=completions)
+
+
+def check_world(cfg, n: int) -> None:
+    """Refuse (ConfigError, one line) a batch that N ranks cannot share in whole groups of rollout.group_size."""
+    from .config import ConfigError
+
+    B, G = cfg.rollout.batch_size, cfg.rollout.group_size
+    if B % (n * G):  # each rank's contiguous slice of B / N rows must hold whole groups of G
+        what = f"the {n} ranks" if G == 1 else f"{n} ranks x rollout.group_size={G} (whole groups per rank)"
+        raise ConfigError(f"rollout.batch_size={B} must be a multiple of {what}: set it to a multiple of {n * G}")
+
+
+class DistributedPPOTrainer(PPOTrainer):
+    """``PPOTrainer`` for one of N ranks (see the module doc). Build it inside the process group."""
+
+    def __init__(self, cfg):
+        from . import resume
+        from .config import ConfigError
+
+        init(_device(cfg))
+        r, n = rank(), world_size()
+        check_world(cfg, n)
+        refused = None
+        if r > 0:  # logs in a private folder; resume from rank 0's checkpoint
+            try:
+                main_resume = resume.resume_path(cfg)
+            except ConfigError as err:  # rank 0 refuses the same way in PPOTrainer.__init__
+                refused = err
+            else:
+                cfg.train.output_dir = str(Path(cfg.train.output_dir) / f".rank{r}")
+                cfg.train.resume = str(main_resume) if main_resume is not None else ""
+                cfg.train.overwrite, cfg.train.save_every = True, 0
+                cfg.train.tensorboard, cfg.train.wandb, cfg.train.log_every = False, False, 0
+        dist.barrier()  # every rank > 0 has read which checkpoint to resume before rank 0 sets anything aside
+        if refused is not None:
+            raise refused
+        super().__init__(cfg)
+        attach(self)
+
+    def train(self) -> dict:
+        """The run, then a check that every rank ends with bit-identical weights (``ranks.json``)."""
+        summary = super().train()
+        digests = [None] * world_size()
+        dist.all_gather_object(digests, weights_digest(self.actor))
+        if rank() == 0:
+            (self.out / "ranks.json").write_text(json.dumps({"world_size": world_size(), "weights": digests}))
+        if len(set(digests)) > 1:
+            raise RuntimeError(f"the ranks' weights diverged (sha256 per rank: {digests})")
+        return summary
+
+    def collect(self, records):
+        n, b = world_size(), len(records)
+        seed = (self.cfg.train.seed * 1_000_003 + (self.step_count + 1) * 1_009 + rank()) % 2**63
+        torch.manual_seed(seed)  # this rank's sampling stream: a pure function of (seed, step, rank)
+        local = records[rank() * b // n : (rank() + 1) * b // n]
+        return gather_rollout(super().collect(local), self.tokenizer.pad_token_id)
+
+
+def weights_digest(actor) -> str:
+    """sha256 of every parameter's and buffer's bytes, in order: equal digests = bit-identical weights."""
+    h = hashlib.sha256()
+    for name, t in actor.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _device(cfg):
+    from .setup import resolve_device
+
+    return resolve_device(cfg.model.device)

@@ -1,0 +1,43 @@
+"""Run by tests/test_distributed.py under torchrun: one data-parallel update on a rollout.
+
+argv: model path, run folder, rollout file, output file, then extra config overrides. The rollout file
+is a saved rollout, or ``collect``: the ranks sample and score step 1's prompts themselves
+(``DistributedPPOTrainer.collect``: each rank its slice, then gathered), and rank 0 also saves the
+gathered rollout and the step's records to ``{output}.rollout``. Each rank writes its weights and the
+update's stats to ``{output}.rank{r}``.
+"""
+
+import sys
+
+import torch
+
+from ppo_core.run.config import load_config
+from ppo_core.run.distributed import DistributedPPOTrainer, rank
+
+model, out, rollout_file, result, *extra = sys.argv[1:]
+overrides = [
+    f"model.name_or_path={model}",
+    f"train.output_dir={out}",
+    "rollout.batch_size=8",
+    "ppo.minibatch_size=4",
+    "rollout.max_new_tokens=8",
+    "data.n_train=64",
+    "data.n_test=16",
+    "train.progress=false",
+    "train.num_threads=1",
+    "ppo.lr=1e-2",
+    *extra,
+]
+trainer = DistributedPPOTrainer(load_config("cpu", overrides))
+if rollout_file == "collect":
+    records = trainer.prompt_batch(1)
+    ro = trainer.collect(records)
+    if rank() == 0:
+        torch.save({"rollout": ro, "records": records}, f"{result}.rollout")
+else:
+    ro = torch.load(rollout_file, weights_only=False)
+    trainer.times = {"time/rollout": 0.0, "time/score": 0.0}  # learn() adds its own time to these
+metrics = trainer.learn(ro)
+state = {k: v.detach().clone() for k, v in trainer.actor.state_dict().items()}
+torch.save({"state": state, "metrics": metrics}, f"{result}.rank{rank()}")
+trainer.logger.close()

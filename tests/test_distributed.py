@@ -1,0 +1,174 @@
+"""Data parallel with torchrun (run/distributed.py), on the CPU with 2 gloo processes.
+
+Each 2-process test starts ``python -m torch.distributed.run --nproc_per_node=2`` on a free port (about
+10-15 s); the batch-split rules are checked in this process.
+"""
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ppo_core.model import ActorWithValueHead
+from ppo_core.reward_model import RewardModel
+from ppo_core.rollout import tokenize_prompts
+from ppo_core.run.config import ConfigError, load_config
+from ppo_core.run.distributed import check_world, loss_units, weights_digest
+from ppo_core.run.metrics import read_metrics
+from ppo_core.trainer import PPOTrainer
+
+pytestmark = pytest.mark.skipif(
+    not (dist.is_available() and dist.is_gloo_available()), reason="torch.distributed with gloo is unavailable"
+)
+HERE = Path(__file__).parent
+GRPO = (  # no critic, 4 samples per prompt, the KL (k3) in a sequence-mean loss; no entropy term (see below)
+    "algo.adv_estimator=grpo",
+    "rollout.group_size=4",
+    "algo.use_kl_in_reward=false",
+    "algo.use_kl_loss=true",
+    "algo.kl_loss_coef=0.1",
+    "algo.loss_agg_mode=seq-mean-token-mean",
+    "ppo.ent_coef=0",
+    "rollout.batch_size=16",
+    "ppo.minibatch_size=8",
+    "rollout.max_new_tokens=24",  # long enough that some responses end early: ranks hold unequal token counts
+)
+
+
+@pytest.fixture(scope="module")
+def rm_path(tiny_model_path, tmp_path_factory):
+    torch.manual_seed(3)
+    rm = RewardModel.from_lm(tiny_model_path)
+    torch.nn.init.normal_(rm.model.score.weight, std=0.5)
+    path = tmp_path_factory.mktemp("rm") / "final"
+    rm.save_pretrained(path)
+    return str(path)
+
+
+def _torchrun(args: list[str], tmp_path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def _overrides(model, out, steps, *extra):
+    return [
+        f"model.name_or_path={model}",
+        f"train.output_dir={out}",
+        f"train.steps={steps}",
+        "rollout.batch_size=8",
+        "ppo.minibatch_size=4",
+        "rollout.max_new_tokens=8",
+        "data.n_train=64",
+        "data.n_test=16",
+        "train.eval_samples=8",
+        "train.progress=false",
+        "train.num_threads=1",
+        *extra,
+    ]
+
+
+def test_two_ranks_update_equals_one_process(tiny_model_path, tmp_path, one_thread):
+    cfg = load_config("cpu", _overrides(tiny_model_path, tmp_path / "single", 1, "ppo.lr=1e-2"))
+    tr = PPOTrainer(cfg)
+    ro = tr.collect(tr.prompt_batch(1))
+    torch.save(ro, tmp_path / "ro.pt")
+    state0 = {k: v.clone() for k, v in tr.actor.state_dict().items()}
+    want = tr.learn(ro)
+    tr.logger.close()
+    worker = [str(HERE / "dist_worker.py"), tiny_model_path, str(tmp_path / "dp"), str(tmp_path / "ro.pt")]
+    _torchrun([*worker, str(tmp_path / "result")], tmp_path)
+    r0, r1 = (torch.load(tmp_path / f"result.rank{r}", weights_only=False) for r in (0, 1))
+    single = tr.actor.state_dict()
+    assert any(not torch.equal(v, state0[k]) for k, v in single.items())  # the update moved the weights
+    for k, v in single.items():
+        torch.testing.assert_close(r0["state"][k], v, rtol=1e-4, atol=1e-5, msg=k)
+        assert torch.equal(r0["state"][k], r1["state"][k]), k  # every rank holds the same weights
+    for k, v in want.items():
+        if k.startswith("time/"):
+            continue
+        assert r0["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-5, nan_ok=True), k  # nan: V = 0 at the start
+        assert r1["metrics"][k] == pytest.approx(r0["metrics"][k], rel=0, abs=0, nan_ok=True), k
+
+
+def test_two_rank_run_same_weights_and_resume(tiny_model_path, tmp_path):
+    out = tmp_path / "run"
+    _torchrun(["-m", "ppo_core.train", *_overrides(tiny_model_path, out, 2)], tmp_path)
+    assert (out / "step_2").is_dir() or (out / "final").is_dir()
+    assert not (out / ".rank1" / "step_1").exists()  # rank 0 alone writes checkpoints
+    _torchrun(["-m", "ppo_core.train", *_overrides(tiny_model_path, out, 3, "train.resume=auto")], tmp_path)
+    steps = [r["step"] for r in read_metrics(out) if "kl/to_ref" in r]
+    assert steps == [1, 2, 3]
+
+    ranks = json.loads((out / "ranks.json").read_text())  # every rank's sha256 of its final weights
+    assert ranks["world_size"] == 2 and len(set(ranks["weights"])) == 1
+    assert ranks["weights"][0] == weights_digest(ActorWithValueHead.from_pretrained(str(out / "final")))
+    step3 = [r for r in read_metrics(out) if r.get("step") == 3 and "kl/to_ref" in r]
+    step3_r1 = [r for r in read_metrics(out / ".rank1") if r.get("step") == 3 and "kl/to_ref" in r]
+    drop = lambda r: {k: v for k, v in r.items() if not k.startswith("time/")}  # noqa: E731
+    assert [drop(r) for r in step3] == [drop(r) for r in step3_r1]  # the global means, identical on both ranks
+    assert json.loads((out / "summary.json").read_text())
+
+
+def test_two_ranks_grpo_groups_and_a_reward_model(tiny_model_path, rm_path, tmp_path, one_thread):
+    """No critic, rollout.group_size=4 (2 whole groups per rank), the KL in a sequence-mean loss and
+    reward.type=model: the ranks' gathered batch is the step's prompts in order with each group's rows
+    together, the reward model scored every row, and one update equals the single-process one."""
+    extra = [*GRPO, "reward.type=model", f"reward.path={rm_path}"]
+    worker = [str(HERE / "dist_worker.py"), tiny_model_path, str(tmp_path / "dp"), "collect", str(tmp_path / "res")]
+    _torchrun([*worker, *extra], tmp_path)
+    saved = torch.load(tmp_path / "res.rollout", weights_only=False)
+    ro, records = saved["rollout"], saved["records"]
+    tr = PPOTrainer(load_config("cpu", [*_overrides(tiny_model_path, tmp_path / "single", 1, "ppo.lr=1e-2"), *extra]))
+    assert tr.actor.value_head is None and ro.values is None
+    assert records == tr.prompt_batch(1) and ro.input_ids.shape[0] == len(records) == 16
+    ids, attn = tokenize_prompts(tr.tokenizer, tr.prompts(records), 10_000, "cpu")
+    P = ro.prompt_len
+    for i in range(16):  # row i holds prompt i (rows 4k..4k+3: prompt k of the step, 4 times)
+        got = ro.input_ids[i, :P][ro.attention_mask[i, :P].bool()]
+        torch.testing.assert_close(got, ids[i][attn[i].bool()], rtol=0, atol=0, msg=f"row {i}")
+    assert len({tuple(ro.input_ids[i, :P].tolist()) for i in range(16)}) == 4
+    torch.testing.assert_close(ro.scores, tr.sequence_scores(records, ro.completions))  # the RM, row for row
+
+    tr.times = {"time/rollout": 0.0, "time/score": 0.0}
+    state0 = {k: v.clone() for k, v in tr.actor.state_dict().items()}
+    want = tr.learn(ro)
+    tr.logger.close()
+    r0, r1 = (torch.load(tmp_path / f"res.rank{r}", weights_only=False) for r in (0, 1))
+    assert "kl/loss" in want and not any(k.startswith("value/") for k in r0["metrics"])
+    for k, v in want.items():  # the losses, the gradient norm and the token statistics of the global minibatches
+        if not k.startswith("time/"):
+            assert r0["metrics"][k] == pytest.approx(v, rel=1e-5, abs=1e-7), k
+    single = tr.actor.state_dict()
+    assert any(not torch.equal(v, state0[k]) for k, v in single.items())
+    for k, v in single.items():  # moved ~4e-2 by 2 AdamW steps, whose 1 / sqrt(v) magnifies float rounding
+        torch.testing.assert_close(r0["state"][k], v, rtol=1e-4, atol=1e-4, msg=k)
+        assert torch.equal(r0["state"][k], r1["state"][k]), k
+
+
+@pytest.mark.parametrize(
+    "batch, group, ranks, ok",
+    [(16, 4, 2, True), (16, 1, 2, True), (8, 4, 2, True), (12, 4, 2, False), (9, 1, 2, False), (16, 4, 8, False)],
+)
+def test_each_rank_gets_whole_groups(batch, group, ranks, ok):
+    cfg = load_config("cpu", [f"rollout.batch_size={batch}", f"rollout.group_size={group}", "ppo.minibatch_size=1"])
+    if ok:
+        check_world(cfg, ranks)
+        return
+    with pytest.raises(ConfigError, match=f"rollout.batch_size={batch} must be a multiple of .*{ranks * group}$"):
+        check_world(cfg, ranks)
+
+
+def test_loss_units_follow_the_aggregation():
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0]], dtype=torch.bool)
+    assert loss_units(mask, "token-mean") == 4  # tokens
+    assert loss_units(mask, "seq-mean-token-mean") == 2  # responses with a token
+    assert loss_units(mask, "seq-mean-token-sum-norm") == 3  # responses
