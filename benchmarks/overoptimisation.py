@@ -81,6 +81,8 @@ def main():
             f"ppo.minibatch_size={args.batch}",
             f"ppo.lr={args.lr}",
             f"ppo.ppo_epochs={args.epochs}",
+            "ppo.value_lr=0",  # the critic chapter 06 uses: one learning rate and one lambda (the cpu preset's
+            "ppo.lam_value=null",  # value_lr and lam_value slowed the proxy's rise in its short run)
             f"train.seed={args.seed}",
         ]
         run = ppo_against_reward_model(f"{args.out}/rm/final", kl, args.steps, f"{args.out}/ppo_{kl}", overrides)

@@ -35,15 +35,27 @@ BUGS = [
          "            returns = torch.where(ro.mask, advantages + ro.values, torch.zeros_like(returns))"),
         ("masked_whiten(advantages_raw, ro.mask) if p.whiten_advantages else advantages_raw",
          "masked_whiten(advantages_raw, ro.mask) if p.whiten_advantages else advantages_raw\n"
-         "        returns = torch.where(ro.mask, advantages + ro.values, torch.zeros_like(returns))")]),
+         "            returns = torch.where(ro.mask, advantages + ro.values, torch.zeros_like(returns))")]),
     ("d: the same permutation every epoch", "ppo_core/trainer.py", [
-        ("generator=self.shuffle_gen)", "generator=self.shuffle_gen.clone_state())")]),
+        ("generator=self.shuffle_gen)", "generator=self.shuffle_gen.clone_state())"),
+        ("generator=self.shuffle_gen).split(p.minibatch_size)\n            schedule.append(list(order))  # a fresh",
+         "generator=self.shuffle_gen.clone_state()).split(p.minibatch_size)\n"
+         "            schedule.append(list(order))  # a fresh")]),
     ("e: KL sign flipped in the reward", "ppo_core/gae.py", [
         ("rewards = torch.where(mask, -kl_coef * kl, zeros)", "rewards = torch.where(mask, kl_coef * kl, zeros)")]),
     ("f: score on the first response token", "ppo_core/gae.py", [
         ("rewards[rows, last[rows]] += scores[rows]", "rewards[rows, mask.int().argmax(1)[rows]] += scores[rows]")]),
     ("g: gradient accumulation without dividing the loss", "ppo_core/update.py", [
         ("(loss / grad_accum_steps).backward()", "loss.backward()")]),
+    ("h: critic targets computed with the policy's lambda (ppo.lam_value ignored)", "ppo_core/trainer.py", [
+        ("_, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, lam_value)",
+         "_, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, lam_policy)")]),
+    ("i: the value head's group at ppo.lr (ppo.value_lr ignored)", "ppo_core/run/setup.py", [
+        ('"lr": ppo.value_lr}', '"lr": ppo.lr}')]),
+    ("j: a value warm-up step updates the KL controller", "ppo_core/trainer.py", [
+        ("if not warmup:  # the policy did not move", "if True:  # the policy did not move")]),
+    ("k: a value warm-up step also updates the policy", "ppo_core/trainer.py", [
+        ("self.value_warmup(ro, returns) if warmup else", "self.update(ro, advantages, returns) if warmup else")]),
 ]  # fmt: skip
 
 

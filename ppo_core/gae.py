@@ -9,7 +9,7 @@ The state after the last response token is terminal: V = 0 and A = 0 there.
 
 import torch
 
-__all__ = ["token_rewards", "compute_gae", "last_true_index"]
+__all__ = ["token_rewards", "compute_gae", "last_true_index", "adaptive_lam"]
 
 
 def last_true_index(mask: torch.Tensor) -> torch.Tensor:
@@ -39,16 +39,27 @@ def token_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, kl
 
 
 def compute_gae(
-    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, lam: float = 0.95
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float | torch.Tensor = 0.95,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimates and returns, both (B, T), **not whitened**.
 
     Only True positions are steps of the trajectory: the "next state" of a token is the next True
     position in its row, and after the last one the value is 0. Rewards and values at False
     positions are never read, and advantages and returns are 0 there.
+
+    ``lam`` is one float for the whole batch, or a (B,) / (B, 1) tensor with one lambda per sequence
+    (row b then runs ``A_t = delta_t + gamma * lam_b * A_{t+1}``), as the length-adaptive lambda of
+    VAPO needs (``adaptive_lam``). With ``lam = 1`` the return is the Monte-Carlo return-to-go
+    ``R_t = sum_{k >= t} gamma^(k-t) r_k``, whatever the values.
     """
     mask = mask.to(torch.bool)
     B, T = rewards.shape
+    if torch.is_tensor(lam):
+        lam = lam.to(values.dtype).reshape(B)  # (B,): one lambda per row
     zeros = torch.zeros(B, dtype=values.dtype, device=values.device)
     next_value, next_adv = zeros, zeros
     advantages = torch.zeros_like(values)
@@ -61,3 +72,19 @@ def compute_gae(
         next_adv = torch.where(m, adv, next_adv)
     returns = torch.where(mask, advantages + values, torch.zeros_like(values))
     return advantages, returns
+
+
+def adaptive_lam(mask: torch.Tensor, alpha: float) -> torch.Tensor:
+    """VAPO's length-adaptive GAE lambda for the policy (Yue et al., 2025, arXiv 2504.05118), one per sequence.
+
+        lam_b = 1 - 1 / (alpha * l_b)        l_b = response length of row b (True entries of ``mask``)
+
+    Chosen so that the sum of the GAE weights, 1 / (1 - lam) = alpha * l, grows in proportion to the
+    length: a long response keeps lam near 1, so the score at its end still reaches its first tokens
+    (a fixed lam = 0.95 gives the first of T tokens only 0.95^(T-1) of it). Clamped to [0, 1]
+    (alpha * l < 1 would give a negative lam). (B, T) mask -> (B,) float32.
+    """
+    if alpha <= 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    length = mask.to(torch.bool).sum(1).to(torch.float32)  # (B,)
+    return (1.0 - 1.0 / (alpha * length.clamp(min=1))).clamp(0.0, 1.0)

@@ -24,7 +24,16 @@ from .masking import response_mask
 from .model import lm_logits, position_ids_from_mask
 from .run.precision import autocast
 
-__all__ = ["Rollout", "tokenize_prompts", "sample", "score", "sampling_config", "complete", "stop_token_ids"]
+__all__ = [
+    "Rollout",
+    "tokenize_prompts",
+    "sample",
+    "score",
+    "sampling_config",
+    "complete",
+    "stop_token_ids",
+    "monte_carlo_values",
+]
 
 
 @dataclass
@@ -280,3 +289,27 @@ def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int, promp
     ro.logprobs, ro.values = cached if cached is not None else (torch.cat(logprobs), _cat_values(values))
     ro.ref_logprobs = torch.cat(ref_logprobs)
     return ro
+
+
+@torch.inference_mode()
+def monte_carlo_values(lm, tokenizer, prompts: list[str], ro: Rollout, score_fn, k: int = 16,
+                       temperature: float = 1.0) -> torch.Tensor:  # fmt: skip
+    """The best any critic can do, estimated by sampling: V*(s_t) = E[score | prompt, response[:t]].
+
+    For every prefix of every response of ``ro`` (the state before response token t), sample ``k``
+    continuations of at most T - t tokens from ``lm`` at ``temperature`` and average
+    ``score_fn(b, full_completion)`` over them. Returns (B, T), 0 off the mask. The KL part of the
+    return is left out. Cost: k * (sum of the response lengths) short generations.
+    """
+    B, T = ro.mask.shape
+    lengths = ro.mask.sum(1).tolist()
+    v = torch.zeros(B, T)
+    for t in range(T):
+        rows = [b for b in range(B) if lengths[b] > t]
+        prefixes = [tokenizer.decode(ro.response_ids[b, :t], skip_special_tokens=True) for b in rows]
+        texts = [prompts[b] + pre for b, pre in zip(rows, prefixes) for _ in range(k)]
+        out = sample(lm, tokenizer, texts, T - t, temperature, max_prompt_len=10**6)
+        pairs = [(b, pre) for b, pre in zip(rows, prefixes) for _ in range(k)]
+        scores = torch.tensor([float(score_fn(b, pre + c)) for (b, pre), c in zip(pairs, out.completions)])
+        v[rows, t] = scores.view(len(rows), k).mean(1)
+    return v

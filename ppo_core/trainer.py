@@ -5,9 +5,13 @@
     2. score        old logprobs and values (actor), reference logprobs, scores   (rollout.score)
     learn(rollout) -> metrics
     3. rewards      task score on the last token, -kl_coef * KL on every token    (gae.token_rewards)
-    4. advantages   GAE advantages and returns, then whitening over the batch     (gae.compute_gae)
+    4. advantages   GAE advantages (ppo.lam), then whitening over the batch       (gae.compute_gae)
+       returns      the critic's targets, GAE with their own lambda               (ppo.lam_value)
     5. update       ppo_epochs passes over shuffled minibatches                   (update.minibatch_update)
     6. KL control   adapt kl_coef to the measured KL to the reference             (kl.AdaptiveKLController)
+
+The first ``ppo.value_warmup_steps`` steps run 1-4, then fit only the value head (``update.value_update``):
+no policy update and no KL controller update, logged with ``value/warmup`` = 1.
 
 Chapter 07's switches (``algo.*``, ``rollout.group_size``) change steps 1, 3, 4 and 5 only: G samples per
 prompt; the KL in the reward or in the loss; a critic-free advantage (``advantages.outcome_advantages``)
@@ -26,7 +30,7 @@ from pathlib import Path
 import torch
 
 from .advantages import outcome_advantages
-from .gae import compute_gae, token_rewards
+from .gae import adaptive_lam, compute_gae, token_rewards
 from .kl import kl_penalty
 from .masking import masked_mean, masked_whiten
 from .rollout import Rollout, sample, score
@@ -49,7 +53,7 @@ from .run.setup import (
 )
 from .tasks.data import build_prompt
 from .tasks.preferences import gold_reward
-from .update import minibatch_update
+from .update import minibatch_update, value_update
 
 __all__ = ["PPOTrainer", "StepRecord"]
 
@@ -62,7 +66,7 @@ class StepRecord:
     rewards: torch.Tensor  # step 3: -kl_coef * kl on every token, plus the task score on the last one
     advantages_raw: torch.Tensor  # step 4: GAE advantages before whitening (critic-free: the advantages)
     advantages: torch.Tensor  # after whitening (the same tensor if ppo.whiten_advantages is off)
-    returns: torch.Tensor | None  # advantages_raw + old values: the value head's targets (None without a critic)
+    returns: torch.Tensor | None  # the value head's targets: GAE(ppo.lam_value) + old values (None without a critic)
     schedule: list  # step 5: per epoch, the minibatches' row indices (tensors) in the order they were used
     kl_coef_used: float  # the coefficient of step 3
     kl_for_controller: float  # step 6: sum over response tokens of k1, mean over sequences
@@ -194,20 +198,28 @@ class PPOTrainer:
         kl = kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator)  # (B, T)
         rewards = token_rewards(ro.scores, kl, ro.mask, kl_coef)
         # 4. advantages: GAE with the critic, then whitening over the whole batch; or a critic-free baseline
+        lam_policy = None
         if self.critic:
-            advantages_raw, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam)
+            # the policy's lambda (one, or VAPO's per-sequence length-adaptive one) and the critic's targets' lambda
+            lam_policy = adaptive_lam(ro.mask, p.lam_policy_alpha) if p.lam_policy_alpha > 0 else p.lam
+            lam_value = p.lam if p.lam_value is None else p.lam_value
+            advantages_raw, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, lam_policy)
+            if torch.is_tensor(lam_policy) or lam_value != lam_policy:  # the targets need their own GAE pass
+                _, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, lam_value)
             advantages = masked_whiten(advantages_raw, ro.mask) if p.whiten_advantages else advantages_raw
         else:  # GRPO / RLOO (groups of rollout.group_size) or REINFORCE++ (the batch), chapter 07
             G, norm = self.cfg.rollout.group_size, a.norm_adv_by_std_in_grpo
             advantages_raw = advantages = outcome_advantages(a.adv_estimator, rewards, ro.mask, G, p.gamma, norm)
             returns = None
-        # 5. update: ppo_epochs passes over shuffled minibatches
+        # 5. update: ppo_epochs passes over shuffled minibatches (a value warm-up step: the value head alone)
+        warmup = self.critic and self.step_count < p.value_warmup_steps  # this is step step_count + 1
         self.actor.train()
-        stats, schedule = self.update(ro, advantages, returns)
+        stats, schedule = self.value_warmup(ro, returns) if warmup else self.update(ro, advantages, returns)
         # 6. KL control: the sequence-level KL to the reference (k1, summed over tokens, mean over sequences)
         k1 = kl_penalty(ro.logprobs, ro.ref_logprobs, "k1")
         kl_to_ref = masked_mean(k1, ro.mask, dim=1).mul(ro.mask.sum(1)).mean().item()
-        self.kl_ctl.update(kl_to_ref, ro.input_ids.shape[0])
+        if not warmup:  # the policy did not move: nothing for the controller to react to
+            self.kl_ctl.update(kl_to_ref, ro.input_ids.shape[0])
         self.last_step = StepRecord(kl, rewards, advantages_raw, advantages, returns, schedule, kl_coef, kl_to_ref)
         self.times["time/update"] = time.perf_counter() - t0
         # learn also runs on a rollout that collect did not time (tests, a rollout built by hand)
@@ -216,6 +228,8 @@ class PPOTrainer:
             "kl/to_ref": kl_to_ref,
             "kl/coef": kl_coef,
             **({"value/explained_variance": explained_variance(ro.values, returns, ro.mask)} if self.critic else {}),
+            **({"value/warmup": 1.0} if warmup else {}),
+            **({"rollout/lam_policy": lam_policy.mean().item()} if torch.is_tensor(lam_policy) else {}),
             **stats,
         }
 
@@ -255,6 +269,37 @@ class PPOTrainer:
         used = applied or skipped  # if every update was skipped, log their (non-finite) stats as they are
         out = {key: sum(s[key] for s in used) / len(used) for key in used[0]}
         out["train/skipped"] = float(len(skipped))  # a count, not a mean
+        return out, schedule
+
+    def value_warmup(self, ro: Rollout, returns) -> tuple[dict, list]:
+        """Step 5 of a value warm-up step: ``ppo_epochs`` passes of value-head-only updates
+        (``update.value_update``) over shuffled minibatches; returns (stats, schedule) as ``update`` does."""
+        p = self.cfg.ppo
+        data = {
+            "input_ids": ro.input_ids,
+            "attention_mask": ro.attention_mask,
+            "mask": ro.mask,
+            "old_values": ro.values,
+            "returns": returns,
+        }
+        schedule, applied, skipped = [], [], []
+        for epoch in range(p.ppo_epochs):
+            order = torch.randperm(ro.input_ids.shape[0], generator=self.shuffle_gen).split(p.minibatch_size)
+            schedule.append(list(order))
+            for k, idx in enumerate(order):
+                mb = {key: v[idx.to(v.device)] for key, v in data.items()}
+                mb["keep"] = ro.keep
+                stats = value_update(
+                    self.actor, self.optimizer, mb, vf_clip_eps=p.vf_clip_eps, max_grad_norm=p.max_grad_norm
+                )
+                (skipped if stats["train/skipped"] else applied).append(stats)
+                if stats["train/skipped"]:
+                    self.skips.skipped(
+                        stats, f"step {self.step_count + 1} (value warm-up), epoch {epoch + 1}, minibatch {k + 1}"
+                    )
+        used = applied or skipped
+        out = {key: sum(s[key] for s in used) / len(used) for key in used[0]}
+        out["train/skipped"] = float(len(skipped))
         return out, schedule
 
     def evaluate(self, greedy: bool = False, n: int | None = None) -> float:

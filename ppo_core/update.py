@@ -12,8 +12,9 @@ from .advantages import kl_loss
 from .logprobs import logprobs_from_logits
 from .losses import entropy_loss, policy_loss, value_loss
 from .model import position_ids_from_mask
+from .run.precision import autocast
 
-__all__ = ["ppo_loss", "minibatch_update", "RatioCheckError"]
+__all__ = ["ppo_loss", "minibatch_update", "value_update", "RatioCheckError"]
 
 
 class RatioCheckError(RuntimeError):
@@ -127,3 +128,36 @@ def minibatch_update(
     totals["train/grad_norm"] = float(grad_norm)
     totals["train/skipped"] = 0.0 if finite else 1.0
     return totals
+
+
+def value_update(actor, optimizer, mb: dict, *, vf_clip_eps: float = 0.2, max_grad_norm: float = 1.0) -> dict:
+    """One optimizer step of the value head alone (the value warm-up): the policy cannot move.
+
+    The trunk runs without gradients, so only the value head gets a ``.grad``; AdamW (torch or
+    bitsandbytes) skips parameters without one, so the same optimizer leaves every policy weight as it
+    was. Loss: the clipped value loss of chapter 04 on the (B, T) ``mb`` tensors, as in ``ppo_loss``.
+    The trunk runs under autocast in ``actor.compute_dtype``, as in ``actor.forward``; the head in float32.
+    Returns ``value/loss``, ``value/clipfrac``, ``train/grad_norm`` (the head's, before clipping) and
+    ``train/skipped`` (1 if the step was skipped for a non-finite loss or gradient).
+    """
+    optimizer.zero_grad(set_to_none=True)
+    with torch.no_grad(), autocast(mb["input_ids"].device, actor.compute_dtype):
+        pos = position_ids_from_mask(mb["attention_mask"])
+        _, hidden = actor.logits_fn(actor.lm, mb["input_ids"], mb["attention_mask"], pos, mb["keep"])  # (B, T, H)
+    head = actor.value_head
+    values = head(hidden.to(head.weight.dtype)).squeeze(-1)  # (B, T)
+    loss, stats = value_loss(values, mb["old_values"], mb["returns"], mb["mask"], vf_clip_eps)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(
+        list(head.parameters()), max_grad_norm if max_grad_norm > 0 else float("inf")
+    )
+    finite = bool(torch.isfinite(grad_norm)) and bool(torch.isfinite(loss))
+    if finite:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {
+        "value/loss": loss.item(),
+        "value/clipfrac": stats["clipfrac"],
+        "train/grad_norm": float(grad_norm),
+        "train/skipped": 0.0 if finite else 1.0,
+    }

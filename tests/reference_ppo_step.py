@@ -15,7 +15,11 @@ The semantics it pins down (chapters 03-05):
 * reward:      r_t = -kl_coef * KL_t on every response token, + score on the row's LAST response token;
                KL_t = l (k1) or e^-l - 1 + l (k3), with l = old logprob - reference logprob.
 * GAE:         delta_t = r_t + gamma V_{t+1} - V_t, A_t = delta_t + gamma lam A_{t+1}, V = A = 0 after the
-               last response token; returns R_t = A_t + V_t from the RAW advantages.
+               last response token. The policy's lambda: lam, or with lam_policy_alpha > 0 one per row,
+               lam_b = min(max(1 - 1 / (alpha * l_b), 0), 1) for a response of l_b tokens (VAPO).
+* returns:     the critic's targets R_t = A'_t + V_t from the RAW advantages A' of a second GAE pass with
+               lam_value (None: lam; never the per-row lambda); with lam_value equal to the policy's lambda,
+               R_t = A_t + V_t.
 * whitening:   (A - mean) / sqrt(var + 1e-8) over every response token of the batch, var with Bessel's
                correction (n - 1), then 0 off the mask.
 * schedule:    one generator seeded once; every epoch a fresh ``torch.randperm(B)`` from it, cut into
@@ -24,11 +28,16 @@ The semantics it pins down (chapters 03-05):
                (g = grad_accum_steps); each micro-batch's loss is the mean over ITS response tokens of
                pg + vf_coef * vf - ent_coef * H, divided by g before backward; then clip the global
                gradient norm to max_grad_norm (0 = no clipping) and take one optimizer step.
+               AdamW at lr, except the value head's parameters at value_lr when value_lr > 0.
                pg = max(-A r, -A clip(r, 1 - eps, 1 + eps)), r = exp(logp - old logp);
                vf = 1/2 max((V - R)^2, (V_old + clip(V - V_old, -eps_v, eps_v) - R)^2);
                H  = entropy of softmax(logits / temperature).
 * controller:  KL = mean over sequences of the summed k1 KL of each response (the one logged);
                adaptive: kl_coef <- kl_coef (1 + clip(KL / target - 1, -0.2, 0.2) B / horizon); fixed: unchanged.
+* warm-up:     a value warm-up step (``warmup=True``) replaces the update by value-only updates on the same
+               schedule: per minibatch (no micro-batches) the loss is the mean over its response tokens of vf
+               alone; every gradient but the value head's is dropped, the head's norm clipped, one optimizer
+               step. The policy does not move, and the controller does not run (kl_coef unchanged).
 """
 
 import copy
@@ -48,7 +57,8 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
 
     cfg keys: gamma, lam, whiten, kl_estimator ('k1' | 'k3'), adaptive_kl, kl_target, kl_horizon, clip_eps,
     vf_clip_eps, vf_coef, ent_coef, temperature, ppo_epochs, minibatch_size, grad_accum_steps,
-    max_grad_norm, lr, weight_decay.
+    max_grad_norm, lr, weight_decay; optional: lam_value (None), lam_policy_alpha (0), value_lr (0),
+    warmup (False: a PPO step; True: a value warm-up step).
 
     Returns a dict of plain Python lists (B x T nested lists for per-token quantities):
     kl (per token, the reward's estimator), rewards, advantages_raw, returns, advantages (used by the
@@ -81,17 +91,24 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
         if last is not None:
             rewards[b][last] += scores[b]
 
-    # 4. GAE backwards over each row's response tokens, returns from the raw advantages, then whitening
-    gamma, lam = cfg["gamma"], cfg["lam"]
+    # 4. GAE backwards over each row's response tokens with the policy's lambda; the critic's targets from a
+    # second pass with lam_value; then whitening
+    gamma, alpha = cfg["gamma"], cfg.get("lam_policy_alpha", 0.0)
+    lam_value = cfg["lam"] if cfg.get("lam_value") is None else cfg["lam_value"]
+    lam_rows = []  # the policy's lambda of each row
+    for b in range(B):
+        length = sum(1 for t in range(T) if mask[b][t])
+        lam_rows.append(min(max(1.0 - 1.0 / (alpha * max(length, 1)), 0.0), 1.0) if alpha > 0 else cfg["lam"])
     adv_raw = [[0.0] * T for _ in range(B)]
     returns = [[0.0] * T for _ in range(B)]
     for b in range(B):
-        next_value, next_adv = 0.0, 0.0
+        next_value, next_adv, next_target_adv = 0.0, 0.0, 0.0
         for t in reversed([t for t in range(T) if mask[b][t]]):
             delta = rewards[b][t] + gamma * next_value - values[b][t]
-            adv_raw[b][t] = delta + gamma * lam * next_adv
-            returns[b][t] = adv_raw[b][t] + values[b][t]
-            next_value, next_adv = values[b][t], adv_raw[b][t]
+            adv_raw[b][t] = delta + gamma * lam_rows[b] * next_adv
+            target_adv = delta + gamma * lam_value * next_target_adv
+            returns[b][t] = target_adv + values[b][t]
+            next_value, next_adv, next_target_adv = values[b][t], adv_raw[b][t], target_adv
     if cfg["whiten"]:
         flat = [adv_raw[b][t] for b in range(B) for t in range(T) if mask[b][t]]
         n = len(flat)
@@ -113,18 +130,29 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
     model = copy.deepcopy(actor)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+    head = [p for p in model.value_head.parameters()]
+    if cfg.get("value_lr", 0.0) > 0:  # the value head in its own group, at its own learning rate
+        groups = [{"params": [p for p in params if all(p is not h for h in head)], "lr": cfg["lr"]},
+                  {"params": head, "lr": cfg["value_lr"]}]  # fmt: skip
+    else:
+        groups = [{"params": params, "lr": cfg["lr"]}]
+    opt = torch.optim.AdamW(groups, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
     P = ro["prompt_len"]
     keep = slice(P - 1, P + T - 1)
-    g = cfg["grad_accum_steps"]
+    warmup = cfg.get("warmup", False)
+    g = 1 if warmup else cfg["grad_accum_steps"]
     grad_norms = []
     for epoch in schedule:
         for minibatch in epoch:
             opt.zero_grad(set_to_none=True)
             for i in range(g):
                 rows = minibatch[i::g]
-                loss = _micro_batch_loss(model, ro, rows, keep, advantages, returns, values, logp, cfg)
+                loss = _micro_batch_loss(model, ro, rows, keep, advantages, returns, values, logp, cfg, warmup)
                 (loss / g).backward()
+            if warmup:  # the value head alone learns: drop every other gradient
+                for p in params:
+                    if all(p is not h for h in head):
+                        p.grad = None
             grads = [p.grad for p in params if p.grad is not None]
             norm = math.sqrt(sum(float((gr.double() ** 2).sum()) for gr in grads))
             grad_norms.append(norm)
@@ -138,7 +166,7 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
     kl_seq = [sum(logp[b][t] - ref_logp[b][t] for t in range(T) if mask[b][t]) for b in range(B)]
     kl_for_controller = sum(kl_seq) / B
     kl_coef_after = kl_coef
-    if cfg["adaptive_kl"]:
+    if cfg["adaptive_kl"] and not warmup:
         error = min(max(kl_for_controller / cfg["kl_target"] - 1.0, -0.2), 0.2)
         kl_coef_after = kl_coef * (1.0 + error * B / cfg["kl_horizon"])
 
@@ -157,8 +185,9 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
     }
 
 
-def _micro_batch_loss(model, ro, rows, keep, advantages, returns, old_values, old_logp, cfg) -> torch.Tensor:
-    """Mean over the micro-batch's response tokens of pg + vf_coef * vf - ent_coef * entropy (a 0-dim tensor)."""
+def _micro_batch_loss(model, ro, rows, keep, advantages, returns, old_values, old_logp, cfg, warmup=False):
+    """Mean over the micro-batch's response tokens of pg + vf_coef * vf - ent_coef * entropy (a 0-dim tensor);
+    of vf alone for a value warm-up step."""
     ids, attn = ro["input_ids"][rows], ro["attention_mask"][rows]
     positions = torch.zeros_like(attn)
     for j in range(len(rows)):  # position ids count only real tokens (0 at the first one of a left-padded row)
@@ -182,6 +211,6 @@ def _micro_batch_loss(model, ro, rows, keep, advantages, returns, old_values, ol
             v_clipped = v_old + torch.clamp(v - v_old, -eps_v, eps_v)
             vf = 0.5 * torch.maximum((v - ret) ** 2, (v_clipped - ret) ** 2)
             entropy = -(torch.exp(log_p) * log_p).sum()
-            total = total + pg + cfg["vf_coef"] * vf - cfg["ent_coef"] * entropy
+            total = total + (vf if warmup else pg + cfg["vf_coef"] * vf - cfg["ent_coef"] * entropy)
             n_tokens += 1
     return total / n_tokens

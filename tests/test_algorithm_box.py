@@ -51,6 +51,16 @@ def run_package_step(trainer: PPOTrainer, fixed: dict, monkeypatch) -> dict:
         return stats
 
     monkeypatch.setattr(trainer, "minibatch_update", update_spy)
+    import ppo_core.trainer as trainer_module
+
+    value_update = trainer_module.value_update
+
+    def value_update_spy(actor, optimizer, mb, **kwargs):  # a value warm-up step's updates
+        stats = value_update(actor, optimizer, mb, **kwargs)
+        seen["batches"].append({**{k: v.clone() for k, v in mb.items() if torch.is_tensor(v)}, "stats": stats})
+        return stats
+
+    monkeypatch.setattr(trainer_module, "value_update", value_update_spy)
     controller_update = trainer.kl_ctl.update
     monkeypatch.setattr(
         trainer.kl_ctl, "update", lambda kl, n: seen["controller"].append((kl, n)) or controller_update(kl, n)
@@ -90,14 +100,16 @@ BASE = dict(
     gamma=1.0, lam=0.95, whiten=True, kl_estimator="k1", kl_coef=0.1, adaptive_kl=False, kl_target=1.0,
     kl_horizon=100, clip_eps=0.2, vf_clip_eps=0.2, vf_coef=0.5, ent_coef=0.01, temperature=0.9, ppo_epochs=1,
     minibatch_size=8, grad_accum_steps=1, max_grad_norm=1.0, lr=3e-3, weight_decay=0.0,
+    lam_value=None, lam_policy_alpha=0.0, value_lr=0.0, warmup=False,
 )  # fmt: skip
+"""The critic keys are spelled out (the cpu preset sets value_lr and lam_value); ``warmup``: a value warm-up step."""
 
 
 def make_trainer(model_path, out_dir, cfg: dict, seed: int = 0, check_ratio: bool = False) -> PPOTrainer:
     """A trainer on the tiny test model whose step settings are ``cfg`` (keys of reference_step)."""
     keys = ["gamma", "lam", "kl_estimator", "kl_coef", "adaptive_kl", "kl_target", "kl_horizon", "clip_eps",
             "vf_clip_eps", "vf_coef", "ent_coef", "ppo_epochs", "minibatch_size", "grad_accum_steps",
-            "max_grad_norm", "lr", "weight_decay"]  # fmt: skip
+            "max_grad_norm", "lr", "weight_decay", "lam_policy_alpha", "value_lr"]  # fmt: skip
     overrides = [
         f"model.name_or_path={model_path}",
         f"train.output_dir={out_dir}",
@@ -107,6 +119,8 @@ def make_trainer(model_path, out_dir, cfg: dict, seed: int = 0, check_ratio: boo
         f"rollout.temperature={cfg['temperature']}",
         f"ppo.whiten_advantages={cfg['whiten']}",
         *[f"ppo.{k}={cfg[k]}" for k in keys],
+        f"ppo.lam_value={'null' if cfg['lam_value'] is None else cfg['lam_value']}",
+        f"ppo.value_warmup_steps={1 if cfg['warmup'] else 0}",  # step 1 of the trainer is then a warm-up step
         "data.n_train=16",
         "data.n_test=8",
         f"train.check_ratio={check_ratio}",  # off by default: the fixed rollout's old logprobs are perturbed
@@ -174,6 +188,12 @@ CONFIGS = {
         minibatch_size=4, grad_accum_steps=2, max_grad_norm=0.0, ent_coef=0.0, gamma=0.9, lam=0.8, whiten=False
     ),
     "2epochs-accum2-adaptive": dict(ppo_epochs=2, grad_accum_steps=2, adaptive_kl=True, lam=1.0, max_grad_norm=0.3),
+    "lam_value1-lam0.9": dict(lam=0.9, lam_value=1.0),
+    "adaptive-lam-lam_value0.8": dict(
+        lam_policy_alpha=1.0, lam_value=0.8, whiten=False, ppo_epochs=2, minibatch_size=4
+    ),
+    "value_lr": dict(value_lr=3e-2, minibatch_size=4, adaptive_kl=True, lam_value=1.0),
+    "warmup": dict(warmup=True, adaptive_kl=True, lam_value=1.0, value_lr=1e-2, ppo_epochs=2, minibatch_size=4),
 }
 
 
@@ -193,13 +213,49 @@ def test_step_matches_naive_reference(name, tiny_model_path, tmp_path, monkeypat
     assert got["kl_coef_after"] == pytest.approx(ref["kl_coef_after"], rel=1e-6)
     # parameters after the update: compare the change each one made (about lr per Adam step). Adam divides
     # by sqrt(v) + 1e-8, so a gradient entry at rounding level can move by a little; every entry within
-    # 5 % of lr, and all the changes together within 0.1 % of their norm.
+    # 5 % of the largest learning rate, and all the changes together within 0.1 % of their norm.
     after_ref = ref["model"].state_dict()
     moved = torch.cat([(v - before[k]).flatten() for k, v in tr.actor.state_dict().items()])
     moved_ref = torch.cat([(after_ref[k] - before[k]).flatten() for k in before])
-    torch.testing.assert_close(moved, moved_ref, atol=cfg["lr"] * 0.05, rtol=0)
+    lr = max(cfg["lr"], cfg["value_lr"])
+    torch.testing.assert_close(moved, moved_ref, atol=lr * 0.05, rtol=0)
     assert (moved - moved_ref).norm() <= 1e-3 * moved_ref.norm()
-    assert moved_ref.abs().max() > cfg["lr"] / 2  # the update did move
+    assert moved_ref.abs().max() > min(cfg["lr"], cfg["value_lr"] or cfg["lr"]) / 2  # the update did move
+    # the value head's own learning rate: the head moves by about value_lr per Adam step, the trunk by lr
+    head = torch.cat([(v - before[f"value_head.{k}"]).flatten() for k, v in tr.actor.value_head.state_dict().items()])
+    head_lr = cfg["value_lr"] or cfg["lr"]
+    assert head_lr / 2 < head.abs().max() <= head_lr * (cfg["ppo_epochs"] * B // cfg["minibatch_size"]) * 2
+
+
+def test_value_head_group_has_its_own_learning_rate(tiny_model_path, tmp_path):
+    """ppo.value_lr: two AdamW groups, the value head's parameters (exactly) at value_lr, the rest at lr."""
+    tr = make_trainer(tiny_model_path, tmp_path / "run", {**BASE, "value_lr": 3e-2})
+    groups = tr.optimizer.param_groups
+    assert [g["lr"] for g in groups] == [BASE["lr"], 3e-2]
+    assert [id(p) for p in groups[1]["params"]] == [id(p) for p in tr.actor.value_head.parameters()]
+    one = make_trainer(tiny_model_path, tmp_path / "one", BASE).optimizer.param_groups  # value_lr 0: one group
+    assert [g["lr"] for g in one] == [BASE["lr"]]
+
+
+def test_warmup_step_moves_only_the_critic(tiny_model_path, tmp_path, monkeypatch, fixed_rollout):
+    """A value warm-up step: policy weights bit for bit unchanged, the value head moved, no KL controller
+    update (the adaptive controller would have moved kl_coef: the fixture's KL is far from the target),
+    ``value/warmup`` logged; the next step is a PPO step again."""
+    cfg = {**BASE, "warmup": True, "adaptive_kl": True, "kl_target": 0.01, "value_lr": 1e-2}
+    tr = make_trainer(tiny_model_path, tmp_path / "run", cfg)
+    lm_before = {k: v.clone() for k, v in tr.actor.lm.state_dict().items()}
+    head_before = tr.actor.value_head.weight.detach().clone()
+    got = run_package_step(tr, fixed_rollout, monkeypatch)
+    assert all(torch.equal(v, lm_before[k]) for k, v in tr.actor.lm.state_dict().items())
+    assert not torch.equal(tr.actor.value_head.weight, head_before)
+    assert got["controller_inputs"] == [] and got["kl_coef_after"] == cfg["kl_coef"] == got["logged_kl_coef"]
+    assert got["metrics"]["value/warmup"] == 1.0 and "policy/loss" not in got["metrics"]
+    assert got["metrics"]["value/loss"] > 0 and got["metrics"]["train/skipped"] == 0.0
+    tr.step_count = 1  # step 2: past the warm-up, PPO proper
+    got = run_package_step(tr, fixed_rollout, monkeypatch)
+    assert "value/warmup" not in got["metrics"] and "policy/loss" in got["metrics"]
+    assert len(got["controller_inputs"]) == 1 and got["kl_coef_after"] != cfg["kl_coef"]
+    assert any(not torch.equal(v, lm_before[k]) for k, v in tr.actor.lm.state_dict().items())
 
 
 # ---- properties of the orchestration --------------------------------------------------------------

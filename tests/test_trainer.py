@@ -173,6 +173,7 @@ def test_cuda_code_path_random_qwen(tmp_path):
         "data.n_train=64",
         "data.n_test=16",
         "train.progress=false",
+        "ppo.value_warmup_steps=1",  # the preset's warm-up path (bf16 trunk, 8-bit AdamW), once
     ]
     assert main(["--config", "cuda", *overrides]) == 0
 

@@ -92,6 +92,8 @@ def _run(args) -> int:
         )
     else:
         print(f"held-out sampled accuracy after training: {after:.3f}")
+    if "last10/value/explained_variance" in summary:
+        print(f"critic explained variance, mean of the last 10 steps: {summary['last10/value/explained_variance']:.2f}")
     return 0
 
 

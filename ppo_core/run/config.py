@@ -67,7 +67,8 @@ class WarmStartConfig:
 @dataclass
 class DataConfig:
     task: str = "synthetic"
-    """'synthetic' (generated offline) or 'gsm8k'."""
+    """'synthetic' (generated offline), 'long_synthetic' (its ~100-token variant whose first token decides the
+    answer, ``ppo_core.long_synthetic``; use rollout.max_new_tokens=128) or 'gsm8k'."""
     source: str = "openai/gsm8k"
     """For gsm8k: a hub id (online) or a local folder/JSONL file with question/answer records."""
     prompt_style: str = "plain"
@@ -123,7 +124,33 @@ class PPOConfig:
     gamma: float = 1.0
     """Discount factor."""
     lam: float = 0.95
-    """GAE lambda."""
+    """GAE lambda of the policy's advantages (and of the critic's targets unless ppo.lam_value is set)."""
+    lam_value: float | None = None
+    """GAE lambda of the critic's targets R_t = A_t(lam_value) + V_t (null = ppo.lam, one lambda for both).
+    1.0 gives Monte-Carlo targets, the sum of the rewards still to come: unbiased, and independent of the
+    critic's own (at first meaningless) values; a lambda below 1 bootstraps from them. VC-PPO
+    (arXiv 2503.01491) decouples the two. The cpu and cuda presets set 1.0 (benchmarks/critic.py: with ppo.value_lr it
+    lifted the cpu run's last-10-step explained variance from -0.27/-0.16/-0.09 to -0.02/-0.02/+0.01 on seeds 0-2).
+    Ignored without a critic (algo.adv_estimator other than gae: there are no targets to fit)."""
+    lam_policy_alpha: float = 0.0
+    """VAPO's length-adaptive policy lambda (arXiv 2504.05118): when > 0, each response of length l gets
+    lam = 1 - 1/(alpha * l) for its advantages instead of ppo.lam (VAPO uses alpha = 0.05). 0 = off. The token-0
+    credit is then lam^(l-1) ~ exp(-1/alpha) whatever the length, so VAPO's 0.05 leaves the early tokens to the
+    critic; neither preset uses it (unmeasured here). Ignored without a critic (the critic-free advantages of
+    algo.adv_estimator use no lambda)."""
+    value_lr: float = 0.0
+    """Learning rate of the value head in its own optimizer parameter group (0 = ppo.lr, one group for all).
+    The head is a freshly initialised linear layer on a pretrained trunk: it can take far larger steps than
+    the trunk, and with ppo.lr alone (1e-6 for a real model) it cannot follow the returns as the policy moves.
+    The presets set 10x ppo.lr, the best ratio measured on the cpu preset (benchmarks/critic.py). Ignored without
+    a critic (algo.adv_estimator other than gae builds no value head: one group at ppo.lr)."""
+    value_warmup_steps: int = 0
+    """Steps at the start of the run that fit only the value head, on rollouts of the frozen starting policy
+    (VC-PPO's value pretraining): the policy and the KL controller do not move. Counted in addition to
+    train.steps; they take the first prompt batches and are logged as steps 1..N (with value/warmup = 1).
+    Off in both presets: 5 warm-up steps did not raise the cpu run's explained variance, and 10 gave the long-answer
+    task's first token no credit (benchmarks/critic.py). Needs a critic: config.validate refuses it > 0 with
+    algo.adv_estimator other than gae."""
     kl_coef: float = 0.02
     """Weight of the per-token KL penalty in the reward (initial value if adaptive)."""
     kl_estimator: str = "k1"
@@ -368,6 +395,13 @@ def validate(c: Config) -> None:
     _check(p.clip_eps > 0, f"ppo.clip_eps must be > 0, got {p.clip_eps}")
     _check(p.vf_clip_eps > 0, f"ppo.vf_clip_eps must be > 0, got {p.vf_clip_eps}")
     _check(0 <= p.lam <= 1, f"ppo.lam must be in [0, 1], got {p.lam}")
+    _check(
+        p.lam_value is None or 0 <= p.lam_value <= 1,
+        f"ppo.lam_value must be in [0, 1] (or null = ppo.lam), got {p.lam_value}",
+    )
+    _check(p.lam_policy_alpha >= 0, f"ppo.lam_policy_alpha must be >= 0 (0 = off), got {p.lam_policy_alpha}")
+    _check(p.value_lr >= 0, f"ppo.value_lr must be >= 0 (0 = ppo.lr), got {p.value_lr}")
+    _check(p.value_warmup_steps >= 0, f"ppo.value_warmup_steps must be >= 0, got {p.value_warmup_steps}")
     _check(0 < p.gamma <= 1, f"ppo.gamma must be in (0, 1], got {p.gamma}")
     _check(p.lr > 0, f"ppo.lr must be > 0, got {p.lr}")
     _check(p.kl_coef >= 0, f"ppo.kl_coef must be >= 0, got {p.kl_coef}")
@@ -417,6 +451,7 @@ def _validate_algo(c: Config) -> None:
     from ..advantages import ADV_ESTIMATORS
     from ..kl import KL_ESTIMATORS
     from ..losses import LOSS_AGG_MODES
+    from .setup import uses_critic
 
     a, r = c.algo, c.rollout
     for key, value, allowed in (
@@ -426,6 +461,11 @@ def _validate_algo(c: Config) -> None:
     ):
         _check(value in allowed, f"algo.{key} must be one of {', '.join(allowed)}, got {value!r}")
     _check(a.kl_loss_coef >= 0, f"algo.kl_loss_coef must be >= 0, got {a.kl_loss_coef}")
+    _check(
+        uses_critic(c) or c.ppo.value_warmup_steps == 0,
+        f"ppo.value_warmup_steps={c.ppo.value_warmup_steps} fits a critic, but algo.adv_estimator={a.adv_estimator} "
+        "has none: set ppo.value_warmup_steps=0 (or algo.adv_estimator=gae)",
+    )
     _check(r.group_size >= 1, f"rollout.group_size must be >= 1, got {r.group_size}")
     _check(
         a.adv_estimator not in ("grpo", "rloo") or r.group_size >= 2,

@@ -1,4 +1,7 @@
-"""The run around the PPO step: evaluate, ``train.steps`` steps with checkpoints, final/, evaluate again.
+"""The run around the PPO step: evaluate, ``total_steps`` steps with checkpoints, final/, evaluate again.
+
+``total_steps`` = ``ppo.value_warmup_steps`` value-head-only steps + ``train.steps`` PPO steps; the summary
+keeps the critic's health in one number, the mean explained variance of the last 10 PPO steps.
 
 SIGINT (Ctrl-C) and SIGTERM finish the step in flight, save ``step_N`` and return; a second one
 stops at once (``checkpoint.StopOnSignal``). ``PPOTrainer.train()`` calls ``train(trainer)``.
@@ -15,20 +18,26 @@ from ..rollout import stop_token_ids
 from ..tasks.rewards import accuracy
 from . import guards
 from .checkpoint import StopOnSignal, checkpoint_step
-from .metrics import plot_dashboard, read_metrics
+from .metrics import last_mean, plot_dashboard, read_metrics
 from .resume import save_checkpoint
 
-__all__ = ["train", "record_step"]
+__all__ = ["train", "record_step", "total_steps"]
+
+
+def total_steps(cfg) -> int:
+    """Steps of the whole run: ``ppo.value_warmup_steps`` value warm-up steps, then ``train.steps`` PPO steps."""
+    return cfg.ppo.value_warmup_steps + cfg.train.steps
 
 
 def train(trainer) -> dict:
-    """Run ``trainer`` to ``train.steps`` steps and return the summary (held-out accuracy before and after).
+    """Run ``trainer`` to ``total_steps`` steps and return the summary: held-out accuracy before and after, and
+    (with a critic) ``last10/value/explained_variance``, the mean over the last 10 PPO steps.
 
     On SIGINT/SIGTERM: save ``step_N`` after the step in flight and return ``{"interrupted": ...}``.
     """
-    cfg, out = trainer.cfg.train, trainer.out
+    out = trainer.out
     done = out / "summary.json"
-    if trainer.resumed_from is not None and trainer.step_count >= cfg.steps and done.is_file():
+    if trainer.resumed_from is not None and trainer.step_count >= total_steps(trainer.cfg) and done.is_file():
         trainer.logger.close()
         return json.loads(done.read_text())  # resumed a finished run: nothing left to do
     summary = {}
@@ -44,7 +53,10 @@ def train(trainer) -> dict:
             trainer.logger.close()
             raise
     summary.update(_evaluate(trainer, "after"))
-    plt.close(plot_dashboard(read_metrics(out), out / "dashboard.png"))
+    records = read_metrics(out)
+    if trainer.critic:
+        summary["last10/value/explained_variance"] = last_mean(records, "value/explained_variance")
+    plt.close(plot_dashboard(records, out / "dashboard.png"))
     trainer.logger.close()
     done.write_text(json.dumps(summary, indent=1))
     return summary
@@ -58,10 +70,10 @@ def _evaluate(trainer, when: str) -> dict:
 
 
 def _steps(trainer, stop) -> None:
-    cfg = trainer.cfg.train
-    bar = tqdm(total=cfg.steps, initial=trainer.step_count, disable=not cfg.progress, desc="PPO")
+    cfg, total = trainer.cfg.train, total_steps(trainer.cfg)
+    bar = tqdm(total=total, initial=trainer.step_count, disable=not cfg.progress, desc="PPO")
     try:
-        while trainer.step_count < cfg.steps and stop.signum is None:
+        while trainer.step_count < total and stop.signum is None:
             m = trainer.step()
             bar.update(1)
             bar.set_postfix(
@@ -70,7 +82,7 @@ def _steps(trainer, stop) -> None:
                 kl=f"{m['kl/to_ref']:.2f}",
             )
             n = trainer.step_count
-            if cfg.eval_every and n % cfg.eval_every == 0 and n < cfg.steps:
+            if cfg.eval_every and n % cfg.eval_every == 0 and n < total:
                 trainer.logger.log(n, {"eval/sampled_accuracy": trainer.evaluate()})
             if cfg.save_every and n % cfg.save_every == 0:
                 save_checkpoint(trainer, f"step_{n}")

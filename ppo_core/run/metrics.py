@@ -1,6 +1,7 @@
 """Chapter 05 - what a run writes: a JSONL metrics log, TensorBoard events, samples and a dashboard."""
 
 import json
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -8,7 +9,7 @@ import matplotlib.pyplot as plt
 from ..masking import masked_var
 from ..utils import write_text_atomically
 
-__all__ = ["MetricsLogger", "plot_dashboard", "read_metrics", "explained_variance", "DASHBOARD_KEYS"]
+__all__ = ["MetricsLogger", "plot_dashboard", "read_metrics", "explained_variance", "last_mean", "DASHBOARD_KEYS"]
 
 DASHBOARD_KEYS = (
     "rollout/reward_mean",
@@ -110,7 +111,13 @@ def plot_dashboard(records: list[dict], path=None, keys=DASHBOARD_KEYS):
     for ax, key in zip(axes.flat, keys):
         pts = [(r["step"], r[key]) for r in records if key in r]
         ax.plot([s for s, _ in pts], [v for _, v in pts], marker=".", lw=1)
-        ax.set_title(key, fontsize=9)
+        title = key
+        if key.endswith("explained_variance"):  # the critic's health in one number: the mean of the last 10 steps
+            last = last_mean(records, key)
+            title += f"\nlast 10 steps: {last:.2f}" if math.isfinite(last) else ""
+            if any(r.get("value/warmup") for r in records):
+                ax.axvspan(0.5, max(r["step"] for r in records if r.get("value/warmup")) + 0.5, color="0.9")
+        ax.set_title(title, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
@@ -126,3 +133,10 @@ def explained_variance(values, returns, mask) -> float:
     """1 - Var[R - V] / Var[R] over response tokens: 1 = perfect critic, 0 = no better than a constant."""
     var_r = masked_var(returns, mask).item()
     return float("nan") if var_r == 0 else 1.0 - masked_var(returns - values, mask).item() / var_r
+
+
+def last_mean(records: list[dict], key: str, n: int = 10) -> float:
+    """Mean of ``key`` over the last ``n`` PPO steps of a metrics log (value warm-up steps and NaN left out); NaN
+    if the log has none."""
+    vals = [r[key] for r in records if key in r and not r.get("value/warmup") and math.isfinite(r[key])]
+    return sum(vals[-n:]) / len(vals[-n:]) if vals else float("nan")

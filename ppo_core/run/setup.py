@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from ..kl import AdaptiveKLController, FixedKLController
 from ..model import ActorWithValueHead, make_reference
 from ..tasks.data import load_gsm8k
+from ..tasks.long_synthetic import make_long_task, warm_start_long
 from ..tasks.rewards import gsm8k_reward, is_correct
 from ..tasks.synthetic import make_synthetic_task
 from ..tasks.warmstart import warm_start
@@ -32,6 +33,7 @@ __all__ = [
     "load_task",
     "load_models",
     "build_optimizer",
+    "param_groups",
     "fit_prompt_len",
     "model_context",
     "uses_critic",
@@ -44,7 +46,7 @@ __all__ = [
 ]
 
 DEVICES = ("auto", "cpu", "cuda")
-TASKS = ("synthetic", "gsm8k")
+TASKS = ("synthetic", "long_synthetic", "gsm8k")
 OPTIMIZERS = ("adamw", "adamw8bit")
 """The choices of model.device, data.task and ppo.optimizer (``config.validate`` checks against them)."""
 
@@ -62,6 +64,8 @@ def load_task(cfg: Config):
     d = cfg.data
     if d.task == "synthetic":
         train, test = make_synthetic_task(seed=cfg.train.seed, n_train=d.n_train, n_test=d.n_test)
+    elif d.task == "long_synthetic":
+        train, test = make_long_task(seed=cfg.train.seed, n_train=d.n_train, n_test=d.n_test)
     else:
         try:
             train = load_gsm8k(d.source, split="train")
@@ -79,6 +83,10 @@ def load_task(cfg: Config):
 
 def _warm_started_tiny(cfg: Config) -> Path:
     w = cfg.warmstart
+    if cfg.data.task == "long_synthetic":  # its own cached warm start, on the long solutions
+        return warm_start_long(Path(w.cache_dir).expanduser(), seed=cfg.train.seed, steps=w.steps,
+                               batch_size=w.batch_size, lr=w.lr, answer_noise=w.answer_noise, n_train=cfg.data.n_train,
+                               n_test=cfg.data.n_test, progress=cfg.train.progress)  # fmt: skip
     return warm_start(
         Path(w.cache_dir).expanduser(),
         seed=cfg.train.seed,
@@ -198,16 +206,31 @@ def _bitsandbytes_error(device_type: str) -> str | None:
     return None
 
 
+def param_groups(actor, ppo) -> list:
+    """The optimizer's parameter groups: one group at ``ppo.lr``, or, with ``ppo.value_lr > 0`` and a value head,
+    the trunk (and LM head) at ``ppo.lr`` and the value head in a second group at ``ppo.value_lr``. An actor
+    without a value head (no critic, chapter 07) gets the one group whatever ``ppo.value_lr`` says."""
+    params = [p for p in actor.parameters() if p.requires_grad]
+    if not ppo.value_lr or actor.value_head is None:
+        return params
+    head = {id(p) for p in actor.value_head.parameters()}
+    return [
+        {"params": [p for p in params if id(p) not in head], "lr": ppo.lr},
+        {"params": [p for p in params if id(p) in head], "lr": ppo.value_lr},
+    ]
+
+
 def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
     """AdamW over the trunk and the value head (if the actor has one), or bitsandbytes' AdamW8bit when
     ppo.optimizer=adamw8bit.
 
-    If bitsandbytes cannot run here, ``adamw8bit`` falls back to torch AdamW with a warning (the same
-    update, with more optimizer memory) rather than stopping the run.
+    With ``ppo.value_lr > 0`` the value head is a second parameter group at that learning rate
+    (``param_groups``). If bitsandbytes cannot run here, ``adamw8bit`` falls back to torch AdamW with a
+    warning (the same update, with more optimizer memory) rather than stopping the run.
     """
-    params = [p for p in actor.parameters() if p.requires_grad]
+    params = param_groups(actor, ppo)
     if ppo.optimizer == "adamw8bit":
-        why = _bitsandbytes_error(params[0].device.type)
+        why = _bitsandbytes_error(next(actor.parameters()).device.type)
         if why is None:
             import bitsandbytes as bnb
 

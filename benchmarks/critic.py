@@ -1,0 +1,259 @@
+"""Is the critic learning? Measure the value-model mechanisms on the default CPU run, seed by seed.
+
+    .venv/bin/python benchmarks/critic.py [--seeds 0 1 2] [--steps 40] [--configs today value_lr ...] [-o key=value]
+    .venv/bin/python benchmarks/critic.py --long [--steps 30] [--configs today vc-ppo ...]
+    .venv/bin/python benchmarks/critic.py --oracle today [--steps 40]
+
+Each (config, seed) is the README's training command (``python -m ppo_core.train``, the cpu preset) in a
+fresh process, with the config's overrides on top (the warm start is cached beforehand, so the wall time
+is the PPO run's alone: its two evaluations and the PPO steps, value warm-up steps included). Per run it
+prints the critic's explained variance (mean over the first and the last 10 PPO steps; warm-up steps
+excluded), the value loss (mean of the last 10 steps), held-out sampled accuracy before and after, and
+the wall time. Every config spells out all four critic keys, so a change of the preset's defaults does
+not change what a row measures.
+
+Target for the cpu preset: last-10-step explained variance >= 0.3 on every seed, accuracy gain >= +60
+points, <= 180 s on two cores.
+"""
+
+import argparse
+import json
+import os
+
+# Busy-waiting OpenMP threads collapse on a shared machine (see ppo_core/run/cli.py); set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ppo_core.rollout import monte_carlo_values
+
+TODAY = {"ppo.value_lr": "0", "ppo.value_warmup_steps": "0", "ppo.lam_value": "null", "ppo.lam_policy_alpha": "0"}
+"""The settings before this benchmark: one learning rate, no warm-up, one lambda (0.95) for both."""
+
+CONFIGS = {
+    "today": {},
+    "value_lr": {"ppo.value_lr": "1e-3"},
+    "lam_value": {"ppo.lam_value": "1.0"},
+    "warmup": {"ppo.value_warmup_steps": "5"},
+    "value_lr+lam_value": {"ppo.value_lr": "1e-3", "ppo.lam_value": "1.0"},
+    "all": {"ppo.value_lr": "1e-3", "ppo.lam_value": "1.0", "ppo.value_warmup_steps": "5"},
+}
+"""Each config: overrides on top of ``TODAY`` (one mechanism on, or a combination)."""
+
+
+def overrides_of(name: str) -> list[str]:
+    """The full key=value list of a config name: ``TODAY`` updated with its overrides; or a 'k=v,k=v' spec."""
+    extra = CONFIGS[name] if name in CONFIGS else dict(kv.split("=", 1) for kv in name.split(","))
+    return [f"{k}={v}" for k, v in {**TODAY, **extra}.items()]
+
+
+def mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def run(config: str, seed: int, steps: int, extra: list[str], workdir: Path) -> dict:
+    out = workdir / f"{config.replace('/', '_')}-seed{seed}"
+    cmd = [sys.executable, "-m", "ppo_core.train", f"train.seed={seed}", f"train.steps={steps}",
+           f"train.output_dir={out}", "train.progress=false", "train.tensorboard=false", "train.overwrite=true",
+           *overrides_of(config), *extra]  # fmt: skip
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{config} seed {seed} failed:\n{proc.stderr[-3000:]}")
+    summary = json.loads((out / "summary.json").read_text())
+    recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    ppo = [r for r in recs if "value/explained_variance" in r and not r.get("value/warmup")]
+    ev = [r["value/explained_variance"] for r in ppo]
+    return {
+        "config": config,
+        "seed": seed,
+        "ev_first10": mean(ev[:10]),
+        "ev_last10": mean(ev[-10:]),
+        "value_loss_last10": mean([r["value/loss"] for r in ppo[-10:]]),
+        "before": summary["before/sampled_accuracy"],
+        "after": summary["after/sampled_accuracy"],
+        "wall_s": wall,
+        "ev_curve": ev,
+    }
+
+
+def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int) -> None:
+    """Train one run in-process, then compare its critic with the Monte-Carlo best critic on a fresh rollout."""
+    from ppo_core.gae import compute_gae, token_rewards
+    from ppo_core.kl import kl_penalty
+    from ppo_core.run.config import load_config
+    from ppo_core.run.metrics import explained_variance
+    from ppo_core.trainer import PPOTrainer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = [f"train.seed={seed}", f"train.steps={steps}", f"train.output_dir={tmp}/run", "train.progress=false"]
+        cfg = load_config("cpu", [*run, "train.tensorboard=false", *overrides_of(config), *extra])
+        tr = PPOTrainer(cfg)
+        summary = tr.train()
+    records = tr.test_records[:n]  # held-out questions: a rollout the critic was not trained on
+    torch.manual_seed(seed + 1)
+    ro = tr.collect(records)  # steps 1-2 of the trainer: sample, score (old logprobs, values, task scores)
+    p, scores = cfg.ppo, ro.scores
+    rewards = token_rewards(scores, kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator), ro.mask, tr.kl_ctl.value)
+    t0 = time.perf_counter()
+    v_star = monte_carlo_values(
+        tr.actor.lm,
+        tr.tokenizer,
+        tr.prompts(records),
+        ro,
+        lambda b, text: tr.reward_fn(text, records[b]["answer"]),
+        k,
+        cfg.rollout.temperature,
+    )
+    lam = p.lam if p.lam_value is None else p.lam_value
+    print(f"oracle ({config}, seed {seed}, {steps} steps, held-out sampled accuracy "
+          f"{summary['after/sampled_accuracy']:.3f}; {n} held-out rollouts, k={k} continuations per prefix, "
+          f"{time.perf_counter() - t0:.0f} s):")  # fmt: skip
+    for name, lam_t in (("lambda = 1 (Monte-Carlo returns)", 1.0), (f"lambda = {lam} (this run's targets)", lam)):
+        for who, v in (("the trained critic", ro.values.float()), ("best possible critic (MC estimate)", v_star)):
+            _, ret = compute_gae(rewards, v, ro.mask, p.gamma, lam_t)
+            print(f"  targets {name:36s} {who:36s} explained variance {explained_variance(v, ret, ro.mask):+.2f}")
+    i = int(scores.argmin())
+    print("  a response, its tokens with V (critic) and V* (best):")
+    for t in range(int(ro.mask[i].sum())):
+        tok = tr.tokenizer.decode(ro.response_ids[i, t : t + 1])
+        print(f"    {tok!r:8} V={ro.values[i, t]:+.2f}  V*={v_star[i, t]:+.2f}")
+
+
+LONG = ["data.task=long_synthetic", "rollout.max_new_tokens=128", "rollout.batch_size=64", "ppo.minibatch_size=32",
+        "train.eval_samples=128"]  # fmt: skip
+"""The long-answer task's run: ~108-token solutions, half the default batch (generation dominates the time)."""
+
+LONG_CONFIGS = {
+    "today": {},
+    "vc-ppo": {"ppo.lam_value": "1.0", "ppo.value_warmup_steps": "10", "ppo.value_lr": "1e-3"},
+    "lam1": {"ppo.lam": "1.0"},
+}
+"""Long task: today's settings; VC-PPO's recipe (value warm-up on Monte-Carlo targets, policy lambda 0.95, with the
+head's own learning rate); and Monte-Carlo advantages (policy lambda 1, no critic needed for credit)."""
+
+
+def first_token_credit(tr, n_batches: int = 1) -> dict:
+    """How much of the final score reaches the first response token: the regression slope of the (unwhitened) GAE
+    advantage at token 0 on the task score, over fresh rollouts of the trainer's current policy and critic.
+
+    With V = 0, no KL and lambda fixed it is exactly lambda^(T-1); 1 means the score reaches token 0 in full.
+    """
+    from ppo_core.gae import adaptive_lam, compute_gae, token_rewards
+    from ppo_core.kl import kl_penalty
+
+    p, a0, sc, right = tr.cfg.ppo, [], [], []
+    for i in range(n_batches):
+        records = tr.prompt_batch(10_000 + i)
+        ro = tr.collect(records)  # steps 1-2 of the trainer: sample, score
+        s = ro.scores
+        rewards = token_rewards(s, kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator), ro.mask, tr.kl_ctl.value)
+        lam = adaptive_lam(ro.mask, p.lam_policy_alpha) if p.lam_policy_alpha > 0 else p.lam
+        adv, _ = compute_gae(rewards, ro.values, ro.mask, p.gamma, lam)
+        a0.append(adv[:, 0])
+        sc.append(s)
+        right += [c.split(" ")[0] == str(r["start"]) for c, r in zip(ro.completions, records)]
+        length = ro.mask.sum(1).float().mean().item()
+    a0, sc = torch.cat(a0), torch.cat(sc)
+    slope = (((a0 - a0.mean()) * (sc - sc.mean())).mean() / sc.var(unbiased=False)).item()
+    return {"credit": slope, "length": length, "right_start": sum(right) / len(right)}
+
+
+def long_runs(configs: list[str], seed: int, steps: int, extra: list[str]) -> None:
+    """The long task: first-token credit at the start of PPO (after any value warm-up) and after ``steps`` steps,
+    and held-out accuracy before/after, per config, in-process."""
+    from ppo_core.run.config import load_config
+    from ppo_core.run.loop import total_steps
+    from ppo_core.trainer import PPOTrainer
+
+    print(f"long-answer task, seed {seed}, {steps} PPO steps per config ({' '.join(LONG)})")
+    print("| config | credit at token 0 (start) | credit (end) | right first token | sampled accuracy | wall s |")
+    print("|---|---|---|---|---|---|")
+    for name in configs:
+        spec = LONG_CONFIGS[name] if name in LONG_CONFIGS else dict(kv.split("=", 1) for kv in name.split(","))
+        over = [f"{k}={v}" for k, v in {**TODAY, **spec}.items()]
+        with tempfile.TemporaryDirectory() as tmp:
+            run = [f"train.seed={seed}", f"train.steps={steps}", f"train.output_dir={tmp}/run", "train.progress=false"]
+            cfg = load_config("cpu", [*run, *LONG, "train.tensorboard=false", "train.save_every=0", *over, *extra])
+            t0 = time.perf_counter()
+            tr = PPOTrainer(cfg)
+            before = tr.evaluate()
+            for _ in range(cfg.ppo.value_warmup_steps):
+                tr.step()
+            with torch.random.fork_rng(devices=[]):
+                start = first_token_credit(tr)
+            while tr.step_count < total_steps(cfg):
+                tr.step()
+            after = tr.evaluate()
+            with torch.random.fork_rng(devices=[]):
+                end = first_token_credit(tr)
+            tr.logger.close()
+        print(f"| {name} | {start['credit']:.3g} (T = {start['length']:.0f}) | {end['credit']:.3g} | "
+              f"{start['right_start']:.2f} -> {end['right_start']:.2f} | {before:.3f} -> {after:.3f} | "
+              f"{time.perf_counter() - t0:.0f} |", flush=True)  # fmt: skip
+
+
+def row(r: dict) -> str:
+    gain = 100 * (r["after"] - r["before"])
+    acc = f"{r['before']:.3f} -> {r['after']:.3f} ({gain:+.1f})"
+    return (f"| {r['config']} | {r['seed']} | {r['ev_first10']:+.2f} | {r['ev_last10']:+.2f} | "
+            f"{r['value_loss_last10']:.4f} | {acc} | {r['wall_s']:.0f} |")  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--configs", nargs="+",
+                    help=f"names ({', '.join(CONFIGS)}) or 'key=value,key=value' specs")  # fmt: skip
+    ap.add_argument("--json", help="also write every run's numbers (and explained-variance curve) to this file")
+    ap.add_argument("--oracle", metavar="CONFIG", help="instead: train CONFIG on the first seed, then compare its "
+                    "critic's explained variance with the best possible critic's (Monte-Carlo estimate)")  # fmt: skip
+    ap.add_argument("--oracle-k", type=int, default=16, help="continuations per prefix for --oracle")
+    ap.add_argument("--oracle-n", type=int, default=64, help="held-out rollouts for --oracle")
+    ap.add_argument("--long", action="store_true", help="instead: the long-answer task on the first seed, configs "
+                    f"from --configs (default {' '.join(LONG_CONFIGS)}): first-token credit and accuracy")  # fmt: skip
+    ap.add_argument("-o", "--override", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="an override for every run (repeat it for several)")  # fmt: skip
+    args = ap.parse_args()
+    if args.long:
+        return long_runs(args.configs or list(LONG_CONFIGS), args.seeds[0], args.steps, args.overrides)
+    args.configs = args.configs or list(CONFIGS)
+    if args.oracle:
+        return oracle(args.oracle, args.seeds[0], args.steps, args.overrides, args.oracle_k, args.oracle_n)
+    for c in args.configs:
+        overrides_of(c)  # a bad name fails now, not after an hour of runs
+    from ppo_core.run.config import load_config
+    from ppo_core.run.setup import _warm_started_tiny
+
+    for seed in args.seeds:  # cache the warm starts first: the timed runs are the PPO runs alone
+        _warm_started_tiny(load_config("cpu", [f"train.seed={seed}", "train.progress=false", *args.overrides]))
+    print(f"torch threads: {os.environ.get('OMP_NUM_THREADS', 'default')}; load before: {os.getloadavg()[0]:.2f}")
+    print("| config | seed | EV first 10 | EV last 10 | value loss (last 10) | sampled accuracy | wall s |")
+    print("|---|---|---|---|---|---|---|")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for config in args.configs:
+            for seed in args.seeds:
+                rows.append(run(config, seed, args.steps, args.overrides, Path(tmp)))
+                print(row(rows[-1]), flush=True)
+    print(f"load after: {os.getloadavg()[0]:.2f}")
+    for config in args.configs:
+        rs = [r for r in rows if r["config"] == config]
+        ok = all(r["ev_last10"] >= 0.3 and r["after"] - r["before"] >= 0.6 and r["wall_s"] <= 180 for r in rs)
+        print(
+            f"{config}: EV last 10 >= 0.3, gain >= +60 points and <= 180 s on every seed: {'met' if ok else 'NOT met'}"
+        )
+    if args.json:  # the chapter 05 section and the README read this
+        command = "python benchmarks/critic.py " + " ".join(sys.argv[1:])
+        Path(args.json).write_text(json.dumps({"commands": [command], "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
