@@ -41,7 +41,7 @@ def ppo_against_reward_model(rm_path: str, kl_coef: float, steps: int, output_di
     curve = []
     for _ in range(steps):
         m = trainer.step()
-        kl = m["kl/to_ref"] if "kl/to_ref" in m else m["params/kl_to_ref"]  # the name before and after the rename
+        kl = m["kl/to_ref"]
         curve.append(dict(step=trainer.step_count, sqrt_kl=math.sqrt(max(kl, 0.0)),
                           proxy=m["rollout/reward_mean"], gold=m["rollout/gold_reward"], rule=m["rollout/rule_reward"],
                           length=m["rollout/response_length"]))  # fmt: skip
