@@ -212,18 +212,9 @@ def _pairs(cfg: RMConfig, warm_path):
 
 def warm_start_path(cfg: RMConfig) -> Path:
     """The warm-started tiny policy (cached; the same settings as the PPO CLI's default run share one folder)."""
-    from ..tasks.warmstart import warm_start
+    from ..tasks.warmstart import warm_start_from
 
-    w = cfg.warmstart
-    return warm_start(
-        Path(w.cache_dir).expanduser(),
-        seed=cfg.train.seed,
-        steps=w.steps,
-        batch_size=w.batch_size,
-        lr=w.lr,
-        answer_noise=w.answer_noise,
-        progress=cfg.train.progress,
-    )
+    return warm_start_from(cfg.warmstart, seed=cfg.train.seed, progress=cfg.train.progress)
 
 
 def _build_rm(cfg: RMConfig, warm_path, init_state=None):
@@ -263,24 +254,10 @@ def _build_rm(cfg: RMConfig, warm_path, init_state=None):
 
 
 def _resume_path(cfg: RMConfig) -> Path | None:
-    from .checkpoint import checkpoint_step, latest_checkpoint
+    """The checkpoint to resume from, or None; the PPO CLI's rules (``run.resume.resume_path``)."""
+    from .resume import resume_path
 
-    t, out = cfg.train, Path(cfg.train.output_dir)
-    if t.resume == "auto":
-        return latest_checkpoint(out)
-    if t.resume:
-        if checkpoint_step(t.resume) is None:
-            raise ConfigError(f"train.resume={t.resume} is not a complete checkpoint; pass a step_N folder or 'auto'")
-        return Path(t.resume)
-    previous = sorted(
-        p.name for p in out.glob("*") if p.name in ("final", "metrics.jsonl") or p.name.startswith("step_")
-    )
-    if previous and not t.overwrite:
-        raise ConfigError(
-            f"train.output_dir={out} already holds a run ({', '.join(previous)}); continue it with "
-            "train.resume=auto, start over with train.overwrite=true, or choose another train.output_dir"
-        )
-    return None
+    return resume_path(cfg)
 
 
 def _save(out: Path, name: str, rm, optimizer, step: int, cfg: RMConfig, extra: dict | None = None) -> Path:

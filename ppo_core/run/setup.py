@@ -21,7 +21,7 @@ from ..tasks.data import load_gsm8k
 from ..tasks.long_synthetic import make_long_task, warm_start_long
 from ..tasks.rewards import gsm8k_reward, is_correct
 from ..tasks.synthetic import make_synthetic_task
-from ..tasks.warmstart import warm_start
+from ..tasks.warmstart import warm_start, warm_start_from
 from ..update import ppo_loss
 from ..utils import hub_offline, hub_unreachable
 from .config import Config, ConfigError
@@ -82,22 +82,9 @@ def load_task(cfg: Config):
 
 
 def _warm_started_tiny(cfg: Config) -> Path:
-    w = cfg.warmstart
-    if cfg.data.task == "long_synthetic":  # its own cached warm start, on the long solutions
-        return warm_start_long(Path(w.cache_dir).expanduser(), seed=cfg.train.seed, steps=w.steps,
-                               batch_size=w.batch_size, lr=w.lr, answer_noise=w.answer_noise, n_train=cfg.data.n_train,
-                               n_test=cfg.data.n_test, progress=cfg.train.progress)  # fmt: skip
-    return warm_start(
-        Path(w.cache_dir).expanduser(),
-        seed=cfg.train.seed,
-        steps=w.steps,
-        batch_size=w.batch_size,
-        lr=w.lr,
-        answer_noise=w.answer_noise,
-        n_train=cfg.data.n_train,
-        n_test=cfg.data.n_test,
-        progress=cfg.train.progress,
-    )
+    fn = warm_start_long if cfg.data.task == "long_synthetic" else warm_start  # the long task has its own
+    return warm_start_from(cfg.warmstart, seed=cfg.train.seed, progress=cfg.train.progress, fn=fn,
+                           n_train=cfg.data.n_train, n_test=cfg.data.n_test)  # fmt: skip
 
 
 def _load_tokenizer(path: str):

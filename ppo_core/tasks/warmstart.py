@@ -226,6 +226,12 @@ def _save_atomically(model, tokenizer, report: dict, final: Path, replace: bool)
     write_folder_atomically(final, write, replace=replace)
 
 
+def warm_start_from(w, *, seed: int, progress: bool, fn=None, **data) -> Path:
+    """``warm_start`` (or ``fn``, e.g. the long task's) with the settings of a config's ``warmstart`` section."""
+    return (fn or warm_start)(Path(w.cache_dir).expanduser(), seed=seed, steps=w.steps, batch_size=w.batch_size,
+                              lr=w.lr, answer_noise=w.answer_noise, progress=progress, **data)  # fmt: skip
+
+
 def warm_start(
     out_dir: str | Path,
     seed: int = 0,
