@@ -149,8 +149,14 @@ class RewardModel(nn.Module):
     def from_lm(cls, path: str | Path, tokenizer=None) -> "RewardModel":
         """A new RM whose trunk is the causal LM saved at ``path`` (e.g. the SFT model); the head is fresh."""
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers.utils import logging
 
-        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+        level = logging.get_verbosity()
+        logging.set_verbosity_error()  # the head is new by design: no "score.weight MISSING" load report
+        try:
+            model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+        finally:
+            logging.set_verbosity(level)
         tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
         model.config.pad_token_id = tokenizer.pad_token_id
         return cls(model, tokenizer)

@@ -186,6 +186,12 @@ def test_printed_outputs_are_on_the_page(built_book, page):
     text = " ".join(shown)
     missing = [literal for literal in literals if literal not in text]
     assert not missing, f"{page}: text the chapter prints is missing from the page: {missing[:8]}"
+    noise = [n for n in LIBRARY_NOISE if n in text]
+    assert not noise, f"{page}: library noise in the printed outputs a reader sees: {noise}"
+
+
+LIBRARY_NOISE = ("Loading weights", "LOAD REPORT", "it/s]", "Failed to load CPU gemm_4bit", "FutureWarning")
+"""Progress bars and load reports of libraries, which belong in a terminal, not on a page of the book."""
 
 
 # --------------------------------------------------------------------------------------------------
