@@ -1,0 +1,140 @@
+"""Steps 3-5 of the critic-free methods (chapter 07) against naive loops, on the fixed rollout of
+tests/test_algorithm_box.py: where the KL goes, the advantage of each estimator, no returns, and what the
+update receives. Also the length-adaptive lambda's logged mean (ppo.lam_policy_alpha).
+"""
+
+import math
+
+import pytest
+import torch
+from test_algorithm_box import BASE, B, fixed_rollout, make_trainer, run_package_step  # noqa: F401
+
+from ppo_core.rollout import Rollout
+from ppo_core.run.config import load_config
+from ppo_core.trainer import PPOTrainer
+
+G = 4  # two groups of four rows in the fixed rollout of B = 8
+
+
+def naive_advantages(estimator: str, fixed: dict, kl_coef: float, gamma: float, norm: bool) -> torch.Tensor:
+    """(B, T) advantages written out from the papers' formulas, one row and one token at a time."""
+    mask, scores = fixed["mask"], fixed["scores"].double()
+    lengths = [int(m.sum()) for m in mask]
+    out = torch.zeros(mask.shape, dtype=torch.float64)
+    if estimator == "reinforce_plus_plus":  # KL in the reward (k1), returns-to-go, whitened over all tokens
+        k1 = (fixed["logprobs"] - fixed["ref_logprobs"]).double()
+        values = []
+        for i, n in enumerate(lengths):
+            for t in range(n):
+                ret = 0.0
+                for u in range(t, n):
+                    r = -kl_coef * float(k1[i, u]) + (float(scores[i]) if u == n - 1 else 0.0)
+                    ret += gamma ** (u - t) * r
+                out[i, t] = ret
+                values.append(ret)
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        for i, n in enumerate(lengths):
+            for t in range(n):
+                out[i, t] = (out[i, t] - mean) / math.sqrt(std**2 + 1e-8)
+        return out
+    for g in range(B // G):
+        rows = list(range(g * G, g * G + G))
+        group = [float(scores[i]) for i in rows]  # the KL is in the loss: the return is the score
+        mean = sum(group) / G
+        std = math.sqrt(sum((x - mean) ** 2 for x in group) / (G - 1))
+        for i, x in zip(rows, group):
+            if estimator == "grpo":
+                a = (x - mean) / (std + 1e-6) if norm else x - mean
+            else:  # rloo: minus the mean of the other G - 1
+                a = x - (sum(group) - x) / (G - 1)
+            out[i, : lengths[i]] = a
+    return out
+
+
+CASES = {
+    "grpo": dict(adv_estimator="grpo", group_size=G, norm=True, in_reward=False, kl_loss=True),
+    "drgrpo": dict(adv_estimator="grpo", group_size=G, norm=False, in_reward=False, kl_loss=True),
+    "rloo": dict(adv_estimator="rloo", group_size=G, norm=True, in_reward=False, kl_loss=False),
+    "reinforce_plus_plus": dict(adv_estimator="reinforce_plus_plus", group_size=1, norm=True, in_reward=True,
+                                kl_loss=False),
+}  # fmt: skip
+
+
+def critic_free_trainer(model_path, out_dir, case: dict, gamma: float, kl_coef: float) -> PPOTrainer:
+    overrides = [
+        f"model.name_or_path={model_path}",
+        f"train.output_dir={out_dir}",
+        "train.steps=1",
+        f"rollout.batch_size={B}",
+        f"rollout.group_size={case['group_size']}",
+        f"rollout.temperature={BASE['temperature']}",
+        f"ppo.minibatch_size={B // 2}",
+        "ppo.ppo_epochs=1",
+        f"ppo.gamma={gamma}",
+        f"ppo.kl_coef={kl_coef}",
+        "ppo.adaptive_kl=false",
+        f"algo.adv_estimator={case['adv_estimator']}",
+        f"algo.norm_adv_by_std_in_grpo={case['norm']}",
+        f"algo.use_kl_in_reward={case['in_reward']}",
+        f"algo.use_kl_loss={case['kl_loss']}",
+        "data.n_train=16",
+        "data.n_test=8",
+        "train.check_ratio=false",
+        "train.tensorboard=false",
+        "train.log_every=0",
+        "train.progress=false",
+    ]
+    return PPOTrainer(load_config("cpu-grpo", overrides))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_critic_free_step_against_naive_loops(name, tiny_model_path, tmp_path, fixed_rollout, monkeypatch):  # noqa: F811
+    case, gamma, kl_coef = CASES[name], 0.9, 0.3
+    tr = critic_free_trainer(tiny_model_path, tmp_path / "run", case, gamma, kl_coef)
+    assert tr.actor.value_head is None
+    seen = []
+    update = tr.minibatch_update
+
+    def spy(actor, optimizer, mb, **kwargs):
+        seen.append({k: v.clone() for k, v in mb.items() if torch.is_tensor(v)})
+        return update(actor, optimizer, mb, **kwargs)
+
+    monkeypatch.setattr(tr, "minibatch_update", spy)
+    f = fixed_rollout
+    keys = ["input_ids", "attention_mask", "response_ids", "mask", "scores", "logprobs", "ref_logprobs"]
+    ro = Rollout(prompt_len=f["prompt_len"], values=None, **{k: f[k].clone() for k in keys})
+    metrics = tr.learn(ro)
+    rec = tr.last_step
+    # 3. the KL in the reward only where the method puts it there
+    assert rec.kl_coef_used == (kl_coef if case["in_reward"] else 0.0)
+    if not case["in_reward"]:
+        last = f["mask"].long().cumsum(1).argmax(1)
+        want = torch.zeros_like(rec.rewards)
+        want[torch.arange(B), last] = f["scores"].to(want.dtype)
+        torch.testing.assert_close(rec.rewards, want)
+    # 4. the estimator's advantage, no whitening on top, no returns
+    want = naive_advantages(case["adv_estimator"], f, kl_coef, gamma, case["norm"])
+    torch.testing.assert_close(rec.advantages_raw.double(), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rec.advantages, rec.advantages_raw)
+    assert rec.returns is None
+    assert "value/explained_variance" not in metrics
+    # 5. the update gets the reference's logprobs exactly when the KL is in the loss, and nothing of a critic
+    assert len(seen) == 2
+    for mb in seen:
+        assert "old_values" not in mb and "returns" not in mb
+        assert ("ref_logprobs" in mb) == case["kl_loss"]
+        if case["kl_loss"]:
+            rows = [int((f["input_ids"] == r).all(1).nonzero()) for r in mb["input_ids"]]
+            torch.testing.assert_close(mb["ref_logprobs"], f["ref_logprobs"][rows])
+
+
+def test_length_adaptive_lambda_is_logged_as_its_mean(tiny_model_path, tmp_path, fixed_rollout, monkeypatch):  # noqa: F811
+    alpha = 0.5
+    tr = make_trainer(tiny_model_path, tmp_path / "run", {**BASE, "lam_policy_alpha": alpha})
+    metrics = run_package_step(tr, fixed_rollout, monkeypatch)["metrics"]
+    lengths = [int(m.sum()) for m in fixed_rollout["mask"]]
+    want = sum(min(1.0, max(0.0, 1 - 1 / (alpha * n))) for n in lengths) / len(lengths)
+    assert metrics["rollout/lam_policy"] == pytest.approx(want, rel=1e-6)
+    tr = make_trainer(tiny_model_path, tmp_path / "run0", BASE)
+    assert "rollout/lam_policy" not in run_package_step(tr, fixed_rollout, monkeypatch)["metrics"]
