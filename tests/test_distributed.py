@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from ppo_test_support import _tiny_overrides
 
 from ppo_core.model import ActorWithValueHead
 from ppo_core.reward_model import RewardModel
@@ -60,20 +61,7 @@ def _torchrun(args: list[str], tmp_path) -> None:
 
 
 def _overrides(model, out, steps, *extra):
-    return [
-        f"model.name_or_path={model}",
-        f"train.output_dir={out}",
-        f"train.steps={steps}",
-        "rollout.batch_size=8",
-        "ppo.minibatch_size=4",
-        "rollout.max_new_tokens=8",
-        "data.n_train=64",
-        "data.n_test=16",
-        "train.eval_samples=8",
-        "train.progress=false",
-        "train.num_threads=1",
-        *extra,
-    ]
+    return _tiny_overrides(model, out, steps, "train.num_threads=1", *extra)
 
 
 def test_two_ranks_update_equals_one_process(tiny_model_path, tmp_path, one_thread):
