@@ -38,5 +38,5 @@ def test_value_update_without_clipping_when_max_grad_norm_is_zero(tiny_model_pat
     before = [p.detach().clone() for p in head.parameters()]
     stats = value_update(tr.actor, tr.optimizer, minibatch(fixed_rollout), vf_clip_eps=0.2, max_grad_norm=0.0)
     assert stats["train/grad_norm"] > 0 and stats["train/skipped"] == 0.0
-    moved = sum(float((p - b).abs().max()) for p, b in zip(head.parameters(), before))
+    moved = sum(float((p.detach() - b).abs().max()) for p, b in zip(head.parameters(), before))
     assert moved > 0.5 * BASE["lr"]  # an unclipped AdamW step moves each weight by about lr
