@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .gae import last_true_index
 from .model import disable_dropout, position_ids_from_mask
 
 __all__ = [
@@ -59,8 +60,7 @@ def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
     mask = attention_mask.bool()
     if not mask.any(-1).all():
         raise ValueError("a row of attention_mask has no real token; there is nothing to score")
-    positions = torch.arange(mask.shape[-1], device=mask.device)  # (L,)
-    return (positions * mask).argmax(-1)  # (B,)
+    return last_true_index(mask)  # (B,): the same rule as the score's token in chapter 03
 
 
 def token_scores(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
