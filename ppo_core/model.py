@@ -25,6 +25,8 @@ __all__ = [
 ]
 
 VALUE_HEAD_FILE = "value_head.pt"
+CRITIC_DIR = "critic"
+"""The separate critic's transformer, saved beside the LM (``save_pretrained``) in this sub-folder."""
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -94,7 +96,9 @@ def lm_logits(lm, input_ids, attention_mask, position_ids=None, keep: slice | No
 
 
 class ActorWithValueHead(nn.Module):
-    """Policy (the LM) and critic (a linear value head) sharing one transformer trunk.
+    """Policy (the LM) and critic (a linear value head) sharing one transformer trunk, or, with
+    ``separate_critic=True``, the head on a transformer of its own (``critic_trunk``, a copy of the LM's
+    trunk at the start: PPO's separate value model, as in TRL, OpenRLHF and veRL).
 
     ``forward(input_ids, attention_mask)`` returns ``(logits, values)``: (B, L, V) and (B, L), where
     ``values[:, t]`` is the value of the state after tokens 0..t. With ``with_value_head=False`` there is
@@ -110,11 +114,15 @@ class ActorWithValueHead(nn.Module):
         value_head_init_std: float = 0.0,
         compute_dtype: torch.dtype | None = None,
         with_value_head: bool = True,
+        separate_critic: bool = False,
     ):
         super().__init__()
         self.lm = disable_dropout(lm)
         self.compute_dtype = compute_dtype  # bf16/fp16: the trunk's forward runs under autocast (weights as they are)
         self.value_head = None  # the critic-free methods of chapter 07 (GRPO, RLOO, REINFORCE++) build none
+        self.critic_trunk = None  # the value head reads the policy's own hidden states
+        if with_value_head and separate_critic:  # its own transformer, starting from the policy's weights
+            self.critic_trunk = copy.deepcopy(self.lm.base_model)
         if with_value_head:
             hidden = lm.config.get_text_config().hidden_size
             self.value_head = nn.Linear(hidden, 1, dtype=torch.float32)
@@ -125,20 +133,37 @@ class ActorWithValueHead(nn.Module):
     def config(self):
         return self.lm.config
 
+    def critic_parameters(self) -> list:
+        """The critic's parameters: the value head's, and the separate critic's trunk if there is one."""
+        if self.value_head is None:
+            return []
+        trunk = [] if self.critic_trunk is None else list(self.critic_trunk.parameters())
+        return trunk + list(self.value_head.parameters())
+
     @classmethod
     def from_pretrained(cls, path_or_id: str, with_value_head: bool = True, **lm_kwargs) -> "ActorWithValueHead":
-        """Load the LM with ``AutoModelForCausalLM.from_pretrained`` and, if saved beside it, the value head."""
-        actor = cls(AutoModelForCausalLM.from_pretrained(path_or_id, **lm_kwargs), with_value_head=with_value_head)
+        """Load the LM with ``AutoModelForCausalLM.from_pretrained`` and, if saved beside it, the value head
+        and the separate critic's trunk (``critic/``)."""
+        lm = AutoModelForCausalLM.from_pretrained(path_or_id, **lm_kwargs)
+        separate = with_value_head and (Path(path_or_id) / CRITIC_DIR).is_dir()
+        actor = cls(lm, with_value_head=with_value_head, separate_critic=separate)
+        if separate:
+            from .run.precision import load_weights_
+
+            load_weights_(actor.critic_trunk, Path(path_or_id) / CRITIC_DIR)
         head = Path(path_or_id) / VALUE_HEAD_FILE
         if with_value_head and head.is_file():
             actor.value_head.load_state_dict(torch.load(head, map_location="cpu", weights_only=True))
         return actor
 
     def save_pretrained(self, path) -> None:
-        """Save the LM (loadable by ``AutoModelForCausalLM.from_pretrained``) and the value head beside it."""
+        """Save the LM (loadable by ``AutoModelForCausalLM.from_pretrained``) and the value head beside it
+        (and a separate critic's trunk in ``critic/``)."""
         self.lm.save_pretrained(path)
         if self.value_head is not None:
             torch.save(self.value_head.state_dict(), Path(path) / VALUE_HEAD_FILE)
+        if self.critic_trunk is not None:
+            self.critic_trunk.save_pretrained(Path(path) / CRITIC_DIR)
 
     def forward(self, input_ids, attention_mask, position_ids=None, keep: slice | None = None, past_key_values=None):
         """(B, L) ids -> logits (B, L', V) and values (B, L'), where L' = L, or the positions in ``keep``.
@@ -147,12 +172,25 @@ class ActorWithValueHead(nn.Module):
         positions only (the prompt's outputs are never used; skipping them saves time and memory).
         ``past_key_values``: a cache of earlier positions, as in ``lm_logits``.
         """
+        if self.critic_trunk is not None and past_key_values is not None:
+            raise ValueError("a separate critic cannot reuse the policy's key/value cache: call critic_values")
         with autocast(input_ids.device, self.compute_dtype):
             logits, hidden = self.logits_fn(self.lm, input_ids, attention_mask, position_ids, keep, past_key_values)
         if self.value_head is None:
             return logits, None
+        if self.critic_trunk is not None:  # the critic's own transformer reads the same tokens
+            return logits, self.critic_values(input_ids, attention_mask, position_ids, keep)
         values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)  # (B, L'), float32
         return logits, values
+
+    def critic_values(self, input_ids, attention_mask, position_ids=None, keep: slice | None = None):
+        """(B, L) ids -> values (B, L') of the separate critic alone (its trunk, then the value head)."""
+        if position_ids is None:
+            position_ids = position_ids_from_mask(attention_mask)
+        with autocast(input_ids.device, self.compute_dtype):
+            out = self.critic_trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+        hidden = out.last_hidden_state if keep is None else out.last_hidden_state[:, keep]  # (B, L', H)
+        return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)  # (B, L'), float32
 
     def generate(self, *args, **kwargs):
         return self.lm.generate(*args, **kwargs)

@@ -215,6 +215,11 @@ class PPOTrainer:
         warmup = self.critic and self.step_count < p.value_warmup_steps  # this is step step_count + 1
         self.actor.train()
         stats, schedule = self.value_warmup(ro, returns) if warmup else self.update(ro, advantages, returns)
+        extra = (p.value_epochs or p.ppo_epochs) - p.ppo_epochs if self.critic and not warmup else 0
+        if extra > 0:  # ppo.value_epochs: more passes for the critic alone, after the policy's
+            value_stats, _ = self.value_warmup(ro, returns, extra)
+            stats["value/extra_loss"] = value_stats["value/loss"]
+            stats["train/skipped"] += value_stats["train/skipped"]
         # 6. KL control: the sequence-level KL to the reference (k1, summed over tokens, mean over sequences)
         k1 = kl_penalty(ro.logprobs, ro.ref_logprobs, "k1")
         kl_to_ref = masked_mean(k1, ro.mask, dim=1).mul(ro.mask.sum(1)).mean().item()
@@ -271,9 +276,10 @@ class PPOTrainer:
         out["train/skipped"] = float(len(skipped))  # a count, not a mean
         return out, schedule
 
-    def value_warmup(self, ro: Rollout, returns) -> tuple[dict, list]:
-        """Step 5 of a value warm-up step: ``ppo_epochs`` passes of value-head-only updates
-        (``update.value_update``) over shuffled minibatches; returns (stats, schedule) as ``update`` does."""
+    def value_warmup(self, ro: Rollout, returns, epochs: int | None = None) -> tuple[dict, list]:
+        """Step 5 of a value warm-up step: ``epochs`` (default ``ppo_epochs``) passes of critic-only updates
+        (``update.value_update``) over shuffled minibatches; returns (stats, schedule) as ``update`` does.
+        Also the critic's extra passes of ``ppo.value_epochs`` after a PPO update."""
         p = self.cfg.ppo
         data = {
             "input_ids": ro.input_ids,
@@ -283,7 +289,7 @@ class PPOTrainer:
             "returns": returns,
         }
         schedule, applied, skipped = [], [], []
-        for epoch in range(p.ppo_epochs):
+        for epoch in range(p.ppo_epochs if epochs is None else epochs):
             order = torch.randperm(ro.input_ids.shape[0], generator=self.shuffle_gen).split(p.minibatch_size)
             schedule.append(list(order))
             for k, idx in enumerate(order):

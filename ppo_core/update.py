@@ -14,7 +14,7 @@ from .losses import entropy_loss, policy_loss, value_loss
 from .model import position_ids_from_mask
 from .run.precision import autocast
 
-__all__ = ["ppo_loss", "minibatch_update", "value_update", "RatioCheckError"]
+__all__ = ["ppo_loss", "minibatch_update", "value_update", "clip_groups", "RatioCheckError"]
 
 
 class RatioCheckError(RuntimeError):
@@ -119,38 +119,58 @@ def minibatch_update(
         (loss / grad_accum_steps).backward()
         for k, v in stats.items():
             totals[k] = totals.get(k, 0.0) + v / grad_accum_steps
-    params = [p for p in actor.parameters() if p.requires_grad]
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
+    norms = [clip(group, max_grad_norm) for group in clip_groups(actor)]
+    grad_norm = torch.stack(norms).norm() if len(norms) > 1 else norms[0]  # of all the gradients, before clipping
     finite = bool(torch.isfinite(grad_norm)) and all(map(lambda v: v == v and abs(v) != float("inf"), totals.values()))
     if finite:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     totals["train/grad_norm"] = float(grad_norm)
+    if len(norms) > 1:
+        totals["value/grad_norm"] = float(norms[1])
     totals["train/skipped"] = 0.0 if finite else 1.0
     return totals
 
 
-def value_update(actor, optimizer, mb: dict, *, vf_clip_eps: float = 0.2, max_grad_norm: float = 1.0) -> dict:
-    """One optimizer step of the value head alone (the value warm-up): the policy cannot move.
+def clip_groups(actor) -> list[list]:
+    """The parameter sets whose gradient norms are clipped to ``max_grad_norm`` each: all trainable
+    parameters together, or, with a separate critic (``actor.critic_trunk``), the policy's and the critic's
+    apart, so that a large value gradient cannot shrink the policy's step (nor the reverse)."""
+    params = [p for p in actor.parameters() if p.requires_grad]
+    if getattr(actor, "critic_trunk", None) is None:
+        return [params]
+    critic = {id(p) for p in actor.critic_parameters()}
+    return [[p for p in params if id(p) not in critic], [p for p in params if id(p) in critic]]
 
-    The trunk runs without gradients, so only the value head gets a ``.grad``; AdamW (torch or
-    bitsandbytes) skips parameters without one, so the same optimizer leaves every policy weight as it
-    was. Loss: the clipped value loss of chapter 04 on the (B, T) ``mb`` tensors, as in ``ppo_loss``.
-    The trunk runs under autocast in ``actor.compute_dtype``, as in ``actor.forward``; the head in float32.
-    Returns ``value/loss``, ``value/clipfrac``, ``train/grad_norm`` (the head's, before clipping) and
+
+def clip(params: list, max_grad_norm: float) -> torch.Tensor:
+    """Clip the gradients of ``params`` to a total norm of ``max_grad_norm`` (<= 0: no clipping); their norm before."""
+    return torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
+
+
+def value_update(actor, optimizer, mb: dict, *, vf_clip_eps: float = 0.2, max_grad_norm: float = 1.0) -> dict:
+    """One optimizer step of the critic alone (the value warm-up): the policy cannot move.
+
+    The policy's trunk runs without gradients, so only the critic (the value head, and a separate critic's
+    own trunk if ``actor.critic_trunk`` is set) gets a ``.grad``; AdamW (torch or bitsandbytes) skips
+    parameters without one, so the same optimizer leaves every policy weight as it was. Loss: the clipped
+    value loss of chapter 04 on the (B, T) ``mb`` tensors, as in ``ppo_loss``. The trunks run under autocast
+    in ``actor.compute_dtype``, as in ``actor.forward``; the head in float32.
+    Returns ``value/loss``, ``value/clipfrac``, ``train/grad_norm`` (the critic's, before clipping) and
     ``train/skipped`` (1 if the step was skipped for a non-finite loss or gradient).
     """
     optimizer.zero_grad(set_to_none=True)
-    with torch.no_grad(), autocast(mb["input_ids"].device, actor.compute_dtype):
-        pos = position_ids_from_mask(mb["attention_mask"])
-        _, hidden = actor.logits_fn(actor.lm, mb["input_ids"], mb["attention_mask"], pos, mb["keep"])  # (B, T, H)
-    head = actor.value_head
-    values = head(hidden.to(head.weight.dtype)).squeeze(-1)  # (B, T)
+    pos = position_ids_from_mask(mb["attention_mask"])
+    if getattr(actor, "critic_trunk", None) is not None:  # a separate critic: its own trunk learns too
+        values = actor.critic_values(mb["input_ids"], mb["attention_mask"], pos, mb["keep"])  # (B, T)
+    else:
+        with torch.no_grad(), autocast(mb["input_ids"].device, actor.compute_dtype):
+            _, hidden = actor.logits_fn(actor.lm, mb["input_ids"], mb["attention_mask"], pos, mb["keep"])  # (B, T, H)
+        head = actor.value_head
+        values = head(hidden.to(head.weight.dtype)).squeeze(-1)  # (B, T)
     loss, stats = value_loss(values, mb["old_values"], mb["returns"], mb["mask"], vf_clip_eps)
     loss.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(
-        list(head.parameters()), max_grad_norm if max_grad_norm > 0 else float("inf")
-    )
+    grad_norm = clip(actor.critic_parameters(), max_grad_norm)
     finite = bool(torch.isfinite(grad_norm)) and bool(torch.isfinite(loss))
     if finite:
         optimizer.step()

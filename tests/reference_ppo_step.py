@@ -34,6 +34,11 @@ The semantics it pins down (chapters 03-05):
                H  = entropy of softmax(logits / temperature).
 * controller:  KL = mean over sequences of the summed k1 KL of each response (the one logged);
                adaptive: kl_coef <- kl_coef (1 + clip(KL / target - 1, -0.2, 0.2) B / horizon); fixed: unchanged.
+* critic:      the value head's parameters, plus with ``separate_critic`` its own trunk's; those of the policy are
+               the rest. With ``separate_critic`` the two sets' gradient norms are clipped apart (each to
+               max_grad_norm) and the norm recorded is that of all gradients together.
+* value epochs: with ``value_epochs`` > ppo_epochs, that many minus ppo_epochs more passes follow the update, each
+               a fresh permutation from the same generator, with the warm-up's value-only minibatch steps.
 * warm-up:     a value warm-up step (``warmup=True``) replaces the update by value-only updates on the same
                schedule: per minibatch (no micro-batches) the loss is the mean over its response tokens of vf
                alone; every gradient but the value head's is dropped, the head's norm clipped, one optimizer
@@ -122,15 +127,17 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
     # 5. update epochs over shuffled minibatches
     gen = torch.Generator().manual_seed(shuffle_seed)
     schedule = []
+    m = cfg["minibatch_size"]
     for _ in range(cfg["ppo_epochs"]):
         perm = torch.randperm(B, generator=gen).tolist()
-        m = cfg["minibatch_size"]
         schedule.append([perm[i : i + m] for i in range(0, B, m)])
 
     model = copy.deepcopy(actor)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     head = [p for p in model.value_head.parameters()]
+    if cfg.get("separate_critic"):  # the critic's own trunk learns with the head
+        head = [p for p in model.critic_trunk.parameters()] + head
     if cfg.get("value_lr", 0.0) > 0:  # the value head in its own group, at its own learning rate
         groups = [{"params": [p for p in params if all(p is not h for h in head)], "lr": cfg["lr"]},
                   {"params": head, "lr": cfg["value_lr"]}]  # fmt: skip
@@ -142,24 +149,37 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
     warmup = cfg.get("warmup", False)
     g = 1 if warmup else cfg["grad_accum_steps"]
     grad_norms = []
-    for epoch in schedule:
+    extra = []  # ppo.value_epochs: value-only passes after the update, on fresh permutations
+    for _ in range(max(cfg.get("value_epochs", 0) - cfg["ppo_epochs"], 0) if not warmup else 0):
+        perm = torch.randperm(B, generator=gen).tolist()
+        extra.append([perm[i : i + m] for i in range(0, B, m)])
+    passes = [(epoch, warmup) for epoch in schedule] + [(epoch, True) for epoch in extra]
+    for epoch, value_only in passes:
         for minibatch in epoch:
             opt.zero_grad(set_to_none=True)
-            for i in range(g):
-                rows = minibatch[i::g]
-                loss = _micro_batch_loss(model, ro, rows, keep, advantages, returns, values, logp, cfg, warmup)
-                (loss / g).backward()
-            if warmup:  # the value head alone learns: drop every other gradient
+            gm = 1 if value_only else g
+            for i in range(gm):
+                rows = minibatch[i::gm]
+                loss = _micro_batch_loss(model, ro, rows, keep, advantages, returns, values, logp, cfg, value_only)
+                (loss / gm).backward()
+            if value_only:  # the critic alone learns: drop every other gradient
                 for p in params:
                     if all(p is not h for h in head):
                         p.grad = None
-            grads = [p.grad for p in params if p.grad is not None]
-            norm = math.sqrt(sum(float((gr.double() ** 2).sum()) for gr in grads))
-            grad_norms.append(norm)
-            if cfg["max_grad_norm"] > 0:
-                factor = min(1.0, cfg["max_grad_norm"] / (norm + 1e-6))
-                for gr in grads:
-                    gr.mul_(factor)
+            if cfg.get("separate_critic") and not value_only:  # policy and critic clipped apart
+                sets = [[p for p in params if all(p is not h for h in head)], head]
+            else:
+                sets = [params]
+            norms = []
+            for group in sets:
+                grads = [p.grad for p in group if p.grad is not None]
+                norm = math.sqrt(sum(float((gr.double() ** 2).sum()) for gr in grads))
+                norms.append(norm)
+                if cfg["max_grad_norm"] > 0:
+                    factor = min(1.0, cfg["max_grad_norm"] / (norm + 1e-6))
+                    for gr in grads:
+                        gr.mul_(factor)
+            grad_norms.append(math.sqrt(sum(n * n for n in norms)))
             opt.step()
 
     # 6. KL controller: the summed k1 KL of each response, averaged over the batch

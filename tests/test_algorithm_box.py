@@ -95,7 +95,7 @@ BASE = dict(
     gamma=1.0, lam=0.95, whiten=True, kl_estimator="k1", kl_coef=0.1, adaptive_kl=False, kl_target=1.0,
     kl_horizon=100, clip_eps=0.2, vf_clip_eps=0.2, vf_coef=0.5, ent_coef=0.01, temperature=0.9, ppo_epochs=1,
     minibatch_size=8, grad_accum_steps=1, max_grad_norm=1.0, lr=3e-3, weight_decay=0.0,
-    lam_value=None, lam_policy_alpha=0.0, value_lr=0.0, warmup=False,
+    lam_value=None, lam_policy_alpha=0.0, value_lr=0.0, warmup=False, separate_critic=False, value_epochs=0,
 )  # fmt: skip
 """The critic keys are spelled out (the cpu preset sets value_lr and lam_value); ``warmup``: a value warm-up step."""
 
@@ -104,7 +104,8 @@ def make_trainer(model_path, out_dir, cfg: dict, seed: int = 0, check_ratio: boo
     """A trainer on the tiny test model whose step settings are ``cfg`` (keys of reference_step)."""
     keys = ["gamma", "lam", "kl_estimator", "kl_coef", "adaptive_kl", "kl_target", "kl_horizon", "clip_eps",
             "vf_clip_eps", "vf_coef", "ent_coef", "ppo_epochs", "minibatch_size", "grad_accum_steps",
-            "max_grad_norm", "lr", "weight_decay", "lam_policy_alpha", "value_lr"]  # fmt: skip
+            "max_grad_norm", "lr", "weight_decay", "lam_policy_alpha", "value_lr", "separate_critic",
+            "value_epochs"]  # fmt: skip
     overrides = [
         f"model.name_or_path={model_path}",
         f"train.output_dir={out_dir}",
@@ -189,6 +190,12 @@ CONFIGS = {
     ),
     "value_lr": dict(value_lr=3e-2, minibatch_size=4, adaptive_kl=True, lam_value=1.0),
     "warmup": dict(warmup=True, adaptive_kl=True, lam_value=1.0, value_lr=1e-2, ppo_epochs=2, minibatch_size=4),
+    "value_epochs": dict(value_epochs=3, value_lr=1e-2, minibatch_size=4, lam_value=1.0, grad_accum_steps=2),
+    "separate-critic": dict(separate_critic=True, value_lr=1e-2, minibatch_size=4, lam_value=1.0, max_grad_norm=0.5),
+    "separate-critic-warmup": dict(separate_critic=True, warmup=True, value_lr=1e-2, minibatch_size=4),
+    "separate-critic-value-epochs": dict(
+        separate_critic=True, value_epochs=2, value_lr=1e-2, minibatch_size=4, grad_accum_steps=2, max_grad_norm=0.3
+    ),
 }
 
 
@@ -219,7 +226,12 @@ def test_step_matches_naive_reference(name, tiny_model_path, tmp_path, monkeypat
     # the value head's own learning rate: the head moves by about value_lr per Adam step, the trunk by lr
     head = torch.cat([(v - before[f"value_head.{k}"]).flatten() for k, v in tr.actor.value_head.state_dict().items()])
     head_lr = cfg["value_lr"] or cfg["lr"]
-    assert head_lr / 2 < head.abs().max() <= head_lr * (cfg["ppo_epochs"] * B // cfg["minibatch_size"]) * 2
+    epochs = max(cfg["ppo_epochs"], cfg["value_epochs"])
+    assert head_lr / 2 < head.abs().max() <= head_lr * (epochs * B // cfg["minibatch_size"]) * 2
+    if cfg["separate_critic"]:  # the critic's trunk moved, at the critic's learning rate
+        trunk = torch.cat([(v - before[f"critic_trunk.{k}"]).flatten()
+                           for k, v in tr.actor.critic_trunk.state_dict().items()])  # fmt: skip
+        assert head_lr / 2 < trunk.abs().max() <= head_lr * (epochs * B // cfg["minibatch_size"]) * 2
 
 
 def test_value_head_group_has_its_own_learning_rate(tiny_model_path, tmp_path):

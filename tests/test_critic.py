@@ -214,7 +214,8 @@ def test_last_mean_skips_warmup_and_nan():
 def test_bad_critic_settings_are_one_line_errors():
     for item, fix in [("ppo.lam_value=1.5", "lam_value"), ("ppo.value_lr=-1", "value_lr"),
                       ("ppo.value_warmup_steps=-2", "value_warmup_steps"),
-                      ("ppo.lam_policy_alpha=-0.1", "lam_policy_alpha")]:  # fmt: skip
+                      ("ppo.lam_policy_alpha=-0.1", "lam_policy_alpha"),
+                      ("ppo.value_epochs=1", "at least ppo.ppo_epochs")]:  # fmt: skip
         with pytest.raises(ConfigError, match=fix):
             load_config("cpu", [item])
 

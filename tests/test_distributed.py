@@ -64,8 +64,13 @@ def _overrides(model, out, steps, *extra):
     return _tiny_overrides(model, out, steps, "train.num_threads=1", *extra)
 
 
-def test_two_ranks_update_equals_one_process(tiny_model_path, tmp_path, one_thread):
-    cfg = load_config("cpu", _overrides(tiny_model_path, tmp_path / "single", 1, "ppo.lr=1e-2"))
+@pytest.mark.parametrize(
+    "extra", [(), ("ppo.separate_critic=true", "ppo.value_epochs=3")], ids=["shared-critic", "separate-critic"]
+)
+def test_two_ranks_update_equals_one_process(tiny_model_path, tmp_path, one_thread, extra):
+    """One update on a saved rollout, on 2 ranks and in 1 process: the same weights and logged statistics
+    (the separate critic: its trunk's gradients averaged too, its extra value-only passes on every rank)."""
+    cfg = load_config("cpu", _overrides(tiny_model_path, tmp_path / "single", 1, "ppo.lr=1e-2", *extra))
     tr = PPOTrainer(cfg)
     ro = tr.collect(tr.prompt_batch(1))
     torch.save(ro, tmp_path / "ro.pt")
@@ -73,7 +78,7 @@ def test_two_ranks_update_equals_one_process(tiny_model_path, tmp_path, one_thre
     want = tr.learn(ro)
     tr.logger.close()
     worker = [str(HERE / "dist_worker.py"), tiny_model_path, str(tmp_path / "dp"), str(tmp_path / "ro.pt")]
-    _torchrun([*worker, str(tmp_path / "result")], tmp_path)
+    _torchrun([*worker, str(tmp_path / "result"), *extra], tmp_path)
     r0, r1 = (torch.load(tmp_path / f"result.rank{r}", weights_only=False) for r in (0, 1))
     single = tr.actor.state_dict()
     assert any(not torch.equal(v, state0[k]) for k, v in single.items())  # the update moved the weights

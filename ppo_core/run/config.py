@@ -144,6 +144,17 @@ class PPOConfig:
     the trunk, and with ppo.lr alone (1e-6 for a real model) it cannot follow the returns as the policy moves.
     The presets set 10x ppo.lr, the best ratio measured on the cpu preset (benchmarks/critic.py). Ignored without
     a critic (algo.adv_estimator other than gae builds no value head: one group at ppo.lr)."""
+    separate_critic: bool = False
+    """Give the critic a transformer of its own instead of a head on the policy's: a copy of the starting
+    policy's trunk with the value head on top, trained only by the value loss (at ppo.value_lr if set), with
+    its gradient norm clipped apart from the policy's. This is PPO's usual value model (TRL's value_model,
+    OpenRLHF's and veRL's critic). It costs a second trunk: its weights, gradients and optimizer state, and
+    a forward and backward per minibatch. A head on the shared trunk can read only what the policy computes
+    for its next token; a trunk of its own can learn what decides the score. Not with LoRA (model.lora.r > 0)."""
+    value_epochs: int = 0
+    """Passes of the critic over each rollout (0 = ppo.ppo_epochs). More than ppo.ppo_epochs adds critic-only passes
+    (update.value_update, the value warm-up's update) after the policy's: the critic fits each batch's returns
+    better without the policy using its data more off-policy. Logged as value/extra_loss."""
     value_warmup_steps: int = 0
     """Steps at the start of the run that fit only the value head, on rollouts of the frozen starting policy
     (VC-PPO's value pretraining): the policy and the KL controller do not move. Counted in addition to
@@ -401,6 +412,10 @@ def validate(c: Config) -> None:
     )
     _check(p.lam_policy_alpha >= 0, f"ppo.lam_policy_alpha must be >= 0 (0 = off), got {p.lam_policy_alpha}")
     _check(p.value_lr >= 0, f"ppo.value_lr must be >= 0 (0 = ppo.lr), got {p.value_lr}")
+    _check(
+        p.value_epochs == 0 or p.value_epochs >= p.ppo_epochs,
+        f"ppo.value_epochs ({p.value_epochs}) must be 0 (= ppo.ppo_epochs) or at least ppo.ppo_epochs ({p.ppo_epochs})",
+    )
     _check(p.value_warmup_steps >= 0, f"ppo.value_warmup_steps must be >= 0, got {p.value_warmup_steps}")
     _check(0 < p.gamma <= 1, f"ppo.gamma must be in (0, 1], got {p.gamma}")
     _check(p.lr > 0, f"ppo.lr must be > 0, got {p.lr}")
@@ -426,6 +441,11 @@ def validate(c: Config) -> None:
     _check(lo.r >= 0, f"model.lora.r must be >= 0 (0 = full fine-tuning), got {lo.r}")
     _check(0 <= lo.dropout < 1, f"model.lora.dropout must be in [0, 1), got {lo.dropout}")
     _check(lo.r == 0 or lo.alpha > 0, f"model.lora.alpha must be > 0, got {lo.alpha}")
+    _check(
+        lo.r == 0 or not p.separate_critic,
+        "ppo.separate_critic=true copies the whole trunk, which LoRA (model.lora.r > 0) exists to avoid: "
+        "set one of them off",
+    )
     _one_of(c.data.task, TASKS, "data.task")
     _one_of(c.data.prompt_style, PROMPT_STYLES, "data.prompt_style")
     _check(c.data.max_prompt_len >= 1, f"data.max_prompt_len must be >= 1, got {c.data.max_prompt_len}")

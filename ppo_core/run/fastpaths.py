@@ -33,7 +33,7 @@ from transformers import DynamicCache
 from ..logprobs import logprobs_from_logits
 from ..model import lm_logits, position_ids_from_mask
 from ..rollout import _cat_values
-from .precision import compute_dtype
+from .precision import autocast, compute_dtype
 
 __all__ = ["PromptCache", "split_prefix_logits", "enable", "SPLIT_MIN_PREFIX_TOKENS"]
 
@@ -74,7 +74,13 @@ class PromptCache:
             ids = ro.input_ids[start:end, keep]  # (b, T): p_P-1, r0 .. r_T-2
             attn = ro.attention_mask[start:end, : keep.stop]  # (b, P+T-1): cached positions and these T
             pos = position_ids_from_mask(attn)[:, keep]  # (b, T)
-            logits, v = actor(ids, attn, pos, past_key_values=cache)  # (b, T, V), (b, T)
+            if getattr(actor, "critic_trunk", None) is None:
+                logits, v = actor(ids, attn, pos, past_key_values=cache)  # (b, T, V), (b, T)
+            else:  # a separate critic has no cache of its own: it reads the whole rows
+                with autocast(ids.device, actor.compute_dtype):
+                    logits, _ = actor.logits_fn(actor.lm, ids, attn, pos, past_key_values=cache)  # (b, T, V)
+                rows = ro.attention_mask[start:end]
+                v = actor.critic_values(ro.input_ids[start:end], rows, position_ids_from_mask(rows), keep)  # (b, T)
             logprobs.append(logprobs_from_logits(logits, ro.response_ids[start:end], temperature))
             values.append(v)
         return torch.cat(logprobs), _cat_values(values)

@@ -173,6 +173,7 @@ def load_actor(actor, path) -> None:
             raise ValueError(f"{path} holds LoRA adapters; resume it with the run's model.lora.r (see its config)")
         load_weights_(actor.lm, path)  # in place, one tensor at a time: no second model in memory
         _load_value_head(actor, path)
+        _load_critic_trunk(actor, path)
         return
     if not is_lora_checkpoint(path):
         raise ValueError(f"{path} holds full weights, not LoRA adapters; resume it with model.lora.r=0")
@@ -183,6 +184,20 @@ def load_actor(actor, path) -> None:
     if getattr(result, "unexpected_keys", None):
         raise ValueError(f"{path}: adapters that this model has no place for: {result.unexpected_keys[:3]}")
     _load_value_head(actor, path)
+
+
+def _load_critic_trunk(actor, path: Path) -> None:
+    """A separate critic's trunk (ppo.separate_critic) from ``critic/``; refuse a checkpoint of the other kind."""
+    from ..model import CRITIC_DIR
+
+    has_trunk = getattr(actor, "critic_trunk", None) is not None
+    saved = (path / CRITIC_DIR).is_dir()
+    if has_trunk and not saved:
+        raise ValueError(f"{path} has no separate critic ({CRITIC_DIR}/): resume it with ppo.separate_critic=false")
+    if saved and not has_trunk and getattr(actor, "value_head", None) is not None:
+        raise ValueError(f"{path} holds a separate critic ({CRITIC_DIR}/): resume it with ppo.separate_critic=true")
+    if has_trunk:
+        load_weights_(actor.critic_trunk, path / CRITIC_DIR)
 
 
 def _load_value_head(actor, path) -> None:

@@ -135,7 +135,10 @@ def load_models(cfg: Config, device: torch.device):
         lm.gradient_checkpointing_enable()
         lm.config.use_cache = False
     critic = uses_critic(cfg)  # GRPO, RLOO and REINFORCE++ (chapter 07) build no value head
-    actor = ActorWithValueHead(lm, m.value_head_init_std, compute_dtype=DTYPES[m.dtype], with_value_head=critic)
+    separate = critic and cfg.ppo.separate_critic  # the critic's own trunk: a copy of the starting policy's
+    actor = ActorWithValueHead(
+        lm, m.value_head_init_std, compute_dtype=DTYPES[m.dtype], with_value_head=critic, separate_critic=separate
+    )
     actor = actor.to(device)
     if m.lora.r > 0:  # LoRA (run/lora.py): frozen base in model.dtype, the reference is it with the adapters off
         from .lora import apply_lora
@@ -195,12 +198,13 @@ def _bitsandbytes_error(device_type: str) -> str | None:
 
 def param_groups(actor, ppo) -> list:
     """The optimizer's parameter groups: one group at ``ppo.lr``, or, with ``ppo.value_lr > 0`` and a value head,
-    the trunk (and LM head) at ``ppo.lr`` and the value head in a second group at ``ppo.value_lr``. An actor
-    without a value head (no critic, chapter 07) gets the one group whatever ``ppo.value_lr`` says."""
+    the policy (trunk and LM head) at ``ppo.lr`` and the critic (the value head, and a separate critic's trunk)
+    in a second group at ``ppo.value_lr``. An actor without a value head (no critic, chapter 07) gets the one
+    group whatever ``ppo.value_lr`` says."""
     params = [p for p in actor.parameters() if p.requires_grad]
     if not ppo.value_lr or actor.value_head is None:
         return params
-    head = {id(p) for p in actor.value_head.parameters()}
+    head = {id(p) for p in actor.critic_parameters()}
     return [
         {"params": [p for p in params if id(p) not in head], "lr": ppo.lr},
         {"params": [p for p in params if id(p) in head], "lr": ppo.value_lr},
