@@ -196,3 +196,15 @@ def test_gae_does_not_modify_inputs():
     r0, v0, m0 = rewards.clone(), values.clone(), mask.clone()
     compute_gae(rewards, values, mask, gamma=0.9, lam=0.9)
     assert torch.equal(rewards, r0) and torch.equal(values, v0) and torch.equal(mask, m0)
+
+
+def test_a_zero_one_mask_gives_what_the_bool_mask_gives():
+    """Masks arrive as bool, 0/1 long (an attention mask) or float: token_rewards and last_true_index read them alike."""
+    from ppo_core.gae import last_true_index, token_rewards
+
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]], dtype=torch.bool)
+    kl, scores = torch.arange(12.0).reshape(3, 4) / 10, torch.tensor([1.0, -2.0, 3.0])
+    for other in (mask.long(), mask.float()):
+        assert torch.equal(last_true_index(other), last_true_index(mask))
+        assert torch.equal(token_rewards(scores, kl, other, 0.1), token_rewards(scores, kl, mask, 0.1))
+    assert last_true_index(mask).tolist() == [1, 3, -1]

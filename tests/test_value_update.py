@@ -20,6 +20,8 @@ def minibatch(fixed: dict) -> dict:
 
 def test_value_update_sees_the_actors_values_on_left_padded_rows(tiny_model_path, tmp_path, fixed_rollout):  # noqa: F811
     tr = make_trainer(tiny_model_path, tmp_path / "run", BASE)
+    with torch.no_grad():  # a zero-initialised head gives V = 0 whatever the trunk computes: make V read it
+        tr.actor.value_head.weight.normal_(std=0.5, generator=torch.Generator().manual_seed(0))
     mb = minibatch(fixed_rollout)
     assert (mb["attention_mask"][:, 0] == 0).any()  # some rows are left-padded
     with torch.no_grad():
