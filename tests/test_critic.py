@@ -90,7 +90,15 @@ def _cfg(tiny_model_path, tmp_path, steps=1, *extra):
 
 @pytest.mark.parametrize("optimizer", ["adamw", "adamw8bit"])
 def test_value_head_gets_its_own_parameter_group_and_learning_rate(tiny_model_path, tmp_path, optimizer):
-    cfg = _cfg(tiny_model_path, tmp_path, 1, "ppo.lr=1e-4", "ppo.value_lr=3e-3", f"ppo.optimizer={optimizer}")
+    cfg = _cfg(
+        tiny_model_path,
+        tmp_path,
+        1,
+        "ppo.lr=1e-4",
+        "ppo.value_lr=3e-3",
+        f"ppo.optimizer={optimizer}",
+        "ppo.separate_critic=false",
+    )  # the head on the policy's trunk (tests/test_separate_critic.py: the other)
     tr = PPOTrainer(cfg)
     groups = tr.optimizer.param_groups
     assert [g["lr"] for g in groups] == [1e-4, 3e-3]

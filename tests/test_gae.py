@@ -199,7 +199,7 @@ def test_gae_does_not_modify_inputs():
 
 
 def test_a_zero_one_mask_gives_what_the_bool_mask_gives():
-    """Masks arrive as bool, 0/1 long (an attention mask) or float: token_rewards and last_true_index read them alike."""
+    """Masks arrive as bool, 0/1 long (an attention mask) or float: token_rewards and last_true_index agree."""
     from ppo_core.gae import last_true_index, token_rewards
 
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]], dtype=torch.bool)

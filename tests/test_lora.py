@@ -26,7 +26,7 @@ from ppo_core.run.resume import save_checkpoint  # noqa: E402
 from ppo_core.train import main  # noqa: E402
 from ppo_core.trainer import PPOTrainer  # noqa: E402
 
-LORA = ("model.lora.r=4", "model.lora.alpha=8", "ppo.lr=1e-2")
+LORA = ("model.lora.r=4", "model.lora.alpha=8", "ppo.lr=1e-2", "ppo.separate_critic=false")  # the head on the base
 
 
 def _trainer(tiny_model_path, tiny_overrides, out, steps=2, *extra):

@@ -212,12 +212,17 @@ def test_resuming_with_the_other_critic_setting_is_a_one_line_error(tiny_model_p
     tr.logger.close()
     from ppo_test_support import _tiny_overrides
 
-    shared = load_config("cpu", _tiny_overrides(tiny_model_path, tmp_path / "shared", 1, f"train.resume={path}"))
+    shared = load_config(
+        "cpu",
+        _tiny_overrides(tiny_model_path, tmp_path / "shared", 1, "ppo.separate_critic=false", f"train.resume={path}"),
+    )
     differ = pytest.warns(UserWarning, match="differ from its run")  # the config's change is named first
     with pytest.raises(ConfigError, match="ppo.separate_critic=true") as err, differ:
         PPOTrainer(shared)
     assert "\n" not in str(err.value)
-    tr = PPOTrainer(load_config("cpu", _tiny_overrides(tiny_model_path, tmp_path / "shared2", 1)))
+    tr = PPOTrainer(
+        load_config("cpu", _tiny_overrides(tiny_model_path, tmp_path / "shared2", 1, "ppo.separate_critic=false"))
+    )
     path = tr.save_checkpoint("step_0")
     tr.logger.close()
     with pytest.raises(ConfigError, match="ppo.separate_critic=false"), differ:

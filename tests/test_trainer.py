@@ -49,6 +49,8 @@ def test_cli_two_step_smoke_run(tiny_model_path, tiny_overrides, tmp_path, capsy
         "samples.jsonl",
         "summary.json",
         "final/value_head.pt",
+        "final/critic/config.json",  # the cpu preset's separate critic (ppo.separate_critic), saved beside the LM
+        "final/critic/model.safetensors",
         "final/optimizer.pt",
     ):
         assert (out / name).exists(), name
