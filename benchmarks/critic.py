@@ -3,13 +3,14 @@
     .venv/bin/python benchmarks/critic.py [--seeds 0 1 2] [--steps 40] [--configs today value_lr ...] [-o key=value]
     .venv/bin/python benchmarks/critic.py --long [--steps 30] [--configs today vc-ppo ...]
     .venv/bin/python benchmarks/critic.py --oracle today [--steps 40]
+    .venv/bin/python benchmarks/critic.py --probe value_lr+lam_value separate [--steps 40]
 
 Each (config, seed) is the README's training command (``python -m ppo_core.train``, the cpu preset) in a
 fresh process, with the config's overrides on top (the warm start is cached beforehand, so the wall time
 is the PPO run's alone: its two evaluations and the PPO steps, value warm-up steps included). Per run it
 prints the critic's explained variance (mean over the first and the last 10 PPO steps; warm-up steps
 excluded), the value loss (mean of the last 10 steps), held-out sampled accuracy before and after, and
-the wall time. Every config spells out all four critic keys, so a change of the preset's defaults does
+the wall time. Every config spells out all six critic keys, so a change of the preset's defaults does
 not change what a row measures.
 
 Target for the cpu preset: last-10-step explained variance >= 0.3 on every seed, accuracy gain >= +60
@@ -32,8 +33,10 @@ import torch
 
 from ppo_core.rollout import monte_carlo_values
 
-TODAY = {"ppo.value_lr": "0", "ppo.value_warmup_steps": "0", "ppo.lam_value": "null", "ppo.lam_policy_alpha": "0"}
-"""The settings before this benchmark: one learning rate, no warm-up, one lambda (0.95) for both."""
+TODAY = {"ppo.value_lr": "0", "ppo.value_warmup_steps": "0", "ppo.lam_value": "null", "ppo.lam_policy_alpha": "0",
+         "ppo.separate_critic": "false", "ppo.value_epochs": "0"}  # fmt: skip
+"""The settings before this benchmark: one learning rate, no warm-up, one lambda (0.95) for both, a head on the
+policy's trunk, as many critic passes as policy passes."""
 
 CONFIGS = {
     "today": {},
@@ -42,6 +45,7 @@ CONFIGS = {
     "warmup": {"ppo.value_warmup_steps": "5"},
     "value_lr+lam_value": {"ppo.value_lr": "1e-3", "ppo.lam_value": "1.0"},
     "all": {"ppo.value_lr": "1e-3", "ppo.lam_value": "1.0", "ppo.value_warmup_steps": "5"},
+    "separate": {"ppo.separate_critic": "true", "ppo.value_lr": "1e-3", "ppo.lam_value": "1.0"},
 }
 """Each config: overrides on top of ``TODAY`` (one mechanism on, or a combination)."""
 
@@ -124,6 +128,93 @@ def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int)
     for t in range(int(ro.mask[i].sum())):
         tok = tr.tokenizer.decode(ro.response_ids[i, t : t + 1])
         print(f"    {tok!r:8} V={ro.values[i, t]:+.2f}  V*={v_star[i, t]:+.2f}")
+
+
+def probe(config: str, seed: int, steps: int, extra: list[str], n_batches: int, epochs: int) -> dict:
+    """Which critic *could* fit the trained policy's returns? Train CONFIG, freeze the policy, sample ``n_batches``
+    fresh batches of its rollouts, fit critics on all but the last four, and print each one's explained variance
+    (Monte-Carlo targets) on those four held-out batches: the run's own critic as it is; a least-squares linear
+    probe on the policy's final hidden states (the best any linear head on the shared trunk could do with
+    these data); and a separate critic (a copy of the starting trunk with a fresh head) trained ``epochs``
+    passes as the trainer trains one (AdamW, 3e-4 for the trunk and 1e-3 for the head, gradient norm clipped to
+    ppo.max_grad_norm). Returns the numbers printed."""
+    import copy
+
+    from ppo_core.gae import compute_gae, token_rewards
+    from ppo_core.kl import kl_penalty
+    from ppo_core.model import position_ids_from_mask
+    from ppo_core.run.config import load_config
+    from ppo_core.run.metrics import explained_variance
+    from ppo_core.trainer import PPOTrainer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = [f"train.seed={seed}", f"train.steps={steps}", f"train.output_dir={tmp}/run", "train.progress=false"]
+        cfg = load_config("cpu", [*run, "train.tensorboard=false", *overrides_of(config), *extra])
+        tr = PPOTrainer(cfg)
+        start_trunk = copy.deepcopy(tr.actor.lm.base_model)  # the warm-started policy's trunk, before PPO
+        summary = tr.train()
+    torch.manual_seed(seed + 1)
+    batches = []
+    for i in range(n_batches):  # fresh training prompts, after the ones the run used
+        ro = tr.collect(tr.prompt_batch(10_000 + i))
+        kl = kl_penalty(ro.logprobs, ro.ref_logprobs, cfg.ppo.kl_estimator)
+        rewards = token_rewards(ro.scores, kl, ro.mask, tr.kl_ctl.value)
+        ro.returns = compute_gae(rewards, torch.zeros_like(rewards), ro.mask, cfg.ppo.gamma, 1.0)[1]  # Monte Carlo
+        batches.append(ro)
+    fit, test = batches[:-4], batches[-4:]
+    T = max(ro.mask.shape[1] for ro in batches)
+    pad = lambda x: torch.nn.functional.pad(x, (0, T - x.shape[1]))  # noqa: E731
+
+    def ev(values: list) -> float:
+        cat = lambda xs: torch.cat([pad(x) for x in xs])  # noqa: E731
+        return explained_variance(cat(values), cat([ro.returns for ro in test]), cat([ro.mask for ro in test]))
+
+    n_fit, n_test = (sum(ro.input_ids.shape[0] for ro in part) for part in (fit, test))
+    print(f"probe ({config}, seed {seed}, {steps} steps, held-out sampled accuracy "
+          f"{summary['after/sampled_accuracy']:.3f}): critics fitted on {n_fit} fresh rollouts of the trained "
+          f"policy, explained variance (Monte-Carlo targets) on {n_test} others")  # fmt: skip
+    out = {"config": config, "separate_critic": cfg.ppo.separate_critic, "seed": seed, "steps": steps,
+           "accuracy": summary["after/sampled_accuracy"],
+           "n_fit": n_fit, "n_test": n_test,
+           "own": ev([ro.values for ro in test])}  # fmt: skip
+    print(f"  the run's own critic, as trained:                    {out['own']:+.2f}")
+
+    @torch.no_grad()
+    def features(ro):  # the policy's final hidden states at the response positions, plus a constant
+        pos = position_ids_from_mask(ro.attention_mask)
+        h = tr.actor.lm.base_model(input_ids=ro.input_ids, attention_mask=ro.attention_mask, position_ids=pos)
+        h = h.last_hidden_state[:, ro.keep].float()
+        return torch.cat([h, torch.ones(*h.shape[:2], 1)], -1)
+
+    X = torch.cat([features(ro)[ro.mask] for ro in fit]).double()
+    y = torch.cat([ro.returns[ro.mask] for ro in fit]).double()
+    w = torch.linalg.solve(X.T @ X + 1e-3 * torch.eye(X.shape[1], dtype=X.dtype), X.T @ y).float()
+    out["linear_probe"] = ev([features(ro) @ w for ro in test])
+    print(f"  linear probe on the policy's hidden states (fitted):  {out['linear_probe']:+.2f}")
+    trunk, head = start_trunk.train(), torch.nn.Linear(X.shape[1] - 1, 1)  # a zero head on the starting trunk
+    torch.nn.init.zeros_(head.weight)
+    torch.nn.init.zeros_(head.bias)
+    opt = torch.optim.AdamW([{"params": trunk.parameters(), "lr": 3e-4}, {"params": head.parameters(), "lr": 1e-3}])
+
+    def values(ro, rows=slice(None)):
+        ids, attn = ro.input_ids[rows], ro.attention_mask[rows]
+        h = trunk(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn)).last_hidden_state
+        return head(h[:, ro.keep]).squeeze(-1)
+
+    gen = torch.Generator().manual_seed(seed)
+    for epoch in range(1, epochs + 1):
+        for ro in fit:
+            for rows in torch.randperm(ro.input_ids.shape[0], generator=gen).split(cfg.ppo.minibatch_size):
+                loss = ((values(ro, rows) - ro.returns[rows]) ** 2)[ro.mask[rows]].mean()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_([*trunk.parameters(), *head.parameters()], cfg.ppo.max_grad_norm)
+                opt.step()
+        with torch.no_grad():
+            out.setdefault("separate_by_epoch", []).append(ev([values(ro) for ro in test]))
+        print(f"  separate critic (starting trunk + head), epoch {epoch}:    {out['separate_by_epoch'][-1]:+.2f}",
+              flush=True)  # fmt: skip
+    return out
 
 
 LONG = ["data.task=long_synthetic", "rollout.max_new_tokens=128", "rollout.batch_size=64", "ppo.minibatch_size=32",
@@ -217,6 +308,11 @@ def main() -> None:
                     "critic's explained variance with the best possible critic's (Monte-Carlo estimate)")  # fmt: skip
     ap.add_argument("--oracle-k", type=int, default=16, help="continuations per prefix for --oracle")
     ap.add_argument("--oracle-n", type=int, default=64, help="held-out rollouts for --oracle")
+    ap.add_argument("--probe", metavar="CONFIG", nargs="+",
+                    help="instead: train each CONFIG on the first seed, freeze it, fit a linear probe and a "
+                    "separate critic to its returns (could a critic follow them?)")  # fmt: skip
+    ap.add_argument("--probe-batches", type=int, default=18, help="fresh rollout batches for --probe (4 held out)")
+    ap.add_argument("--probe-epochs", type=int, default=6, help="passes of the separate critic for --probe")
     ap.add_argument("--long", action="store_true", help="instead: the long-answer task on the first seed, configs "
                     f"from --configs (default {' '.join(LONG_CONFIGS)}): first-token credit and accuracy")  # fmt: skip
     ap.add_argument("-o", "--override", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -225,6 +321,13 @@ def main() -> None:
     if args.long:
         return long_runs(args.configs or list(LONG_CONFIGS), args.seeds[0], args.steps, args.overrides)
     args.configs = args.configs or list(CONFIGS)
+    if args.probe:
+        command = "python benchmarks/critic.py " + " ".join(sys.argv[1:])
+        runs = [{**probe(c, args.seeds[0], args.steps, args.overrides, args.probe_batches, args.probe_epochs),
+                 "command": command} for c in args.probe]  # fmt: skip
+        if args.json:  # chapter 05's section 9 reads this
+            Path(args.json).write_text(json.dumps(runs, indent=1))
+        return
     if args.oracle:
         return oracle(args.oracle, args.seeds[0], args.steps, args.overrides, args.oracle_k, args.oracle_n)
     for c in args.configs:
