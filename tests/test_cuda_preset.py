@@ -18,7 +18,8 @@ FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k_tiny.jsonl"
 
 
 @pytest.mark.slow
-def test_cuda_preset_runs_on_the_cpu_against_a_hub_shaped_model(tmp_path):
+@pytest.mark.parametrize("separate", [False, True], ids=["shared-head", "separate-critic"])
+def test_cuda_preset_runs_on_the_cpu_against_a_hub_shaped_model(tmp_path, separate):
     from ppo_core.run.config import load_config
     from ppo_core.tasks.hub_model import build_hub_model
     from ppo_core.train import main
@@ -34,7 +35,8 @@ def test_cuda_preset_runs_on_the_cpu_against_a_hub_shaped_model(tmp_path):
             f"train.output_dir={out}", "train.steps=2", "rollout.batch_size=8", "rollout.generation_batch_size=4",
             "rollout.max_new_tokens=12", "ppo.minibatch_size=4", "ppo.grad_accum_steps=2", "data.n_test=3",
             "train.eval_samples=3", "train.save_every=1", "train.eval_every=1", "train.progress=false",
-            "train.tensorboard=false", "train.check_ratio=true"]  # fmt: skip
+            "train.tensorboard=false", "train.check_ratio=true",
+            f"ppo.separate_critic={str(separate).lower()}"]  # fmt: skip
     cfg = load_config("cuda", argv[2:])
     assert (cfg.model.dtype, cfg.ppo.optimizer, cfg.data.prompt_style) == ("bfloat16", "adamw8bit", "chat")
     assert cfg.model.gradient_checkpointing and cfg.ppo.grad_accum_steps == 2
@@ -55,5 +57,12 @@ def test_cuda_preset_runs_on_the_cpu_against_a_hub_shaped_model(tmp_path):
 
     weights = load_file(out / "final" / "model.safetensors")
     assert all(w.dtype == torch.float32 for w in weights.values()), "the checkpoint must keep float32 weights"
+    critic_dir = out / "final" / "critic"
+    assert critic_dir.is_dir() == separate
+    if separate:  # a GPU user's choice: the critic's trunk trains in the value head's 8-bit group, saved in float32
+        critic = load_file(critic_dir / "model.safetensors")
+        assert critic and all(w.dtype == torch.float32 for w in critic.values())
+        value_group = state["param_groups"][1]["params"]  # the critic's trunk and the value head (weight, bias)
+        assert len(value_group) == len(critic) + 2 and all(i in state["state"] for i in value_group)
     summary = json.loads((out / "summary.json").read_text())
     assert {"before/sampled_accuracy", "after/greedy_accuracy", "last10/value/explained_variance"} <= set(summary)
