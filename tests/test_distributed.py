@@ -64,12 +64,18 @@ def _overrides(model, out, steps, *extra):
     return _tiny_overrides(model, out, steps, "train.num_threads=1", *extra)
 
 
+LORA = ("ppo.separate_critic=false", "model.lora.r=4", "model.lora.alpha=8", "model.lora.target_modules=all-linear")
+
+
 @pytest.mark.parametrize(
-    "extra", [(), ("ppo.separate_critic=true", "ppo.value_epochs=3")], ids=["shared-critic", "separate-critic"]
+    "extra",
+    [("ppo.separate_critic=false",), ("ppo.separate_critic=true", "ppo.value_epochs=3"), LORA],
+    ids=["shared-critic", "separate-critic", "lora"],
 )
 def test_two_ranks_update_equals_one_process(tiny_model_path, tmp_path, one_thread, extra):
     """One update on a saved rollout, on 2 ranks and in 1 process: the same weights and logged statistics
-    (the separate critic: its trunk's gradients averaged too, its extra value-only passes on every rank)."""
+    (the separate critic: its trunk's gradients averaged too, its extra value-only passes on every rank;
+    LoRA: only the adapters and the value head train, the frozen base stays the same on every rank)."""
     cfg = load_config("cpu", _overrides(tiny_model_path, tmp_path / "single", 1, "ppo.lr=1e-2", *extra))
     tr = PPOTrainer(cfg)
     ro = tr.collect(tr.prompt_batch(1))
