@@ -74,6 +74,7 @@ def run(config: str, seed: int, steps: int, extra: list[str], workdir: Path) -> 
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     ppo = [r for r in recs if "value/explained_variance" in r and not r.get("value/warmup")]
     ev = [r["value/explained_variance"] for r in ppo]
+    correct = [r["rollout/correct_rate"] for r in ppo]
     return {
         "config": config,
         "seed": seed,
@@ -84,7 +85,24 @@ def run(config: str, seed: int, steps: int, extra: list[str], workdir: Path) -> 
         "after": summary["after/sampled_accuracy"],
         "wall_s": wall,
         "ev_curve": ev,
+        "correct_curve": correct,
     }
+
+
+BANDS = (0.0, 0.5, 0.8, 0.9, 1.01)
+"""Bands of a step's sampled success rate (rollout/correct_rate) for ``ev_by_success``."""
+
+
+def ev_by_success(rows: list[dict]) -> list[tuple[str, int, float]]:
+    """Mean explained variance of the steps whose sampled success rate falls in each band, pooled over rows:
+    (band, number of steps, mean EV). Near the end of a run that almost solves the task, the returns' variance
+    is a few failures, and a critic's EV falls with it; this shows how much."""
+    pairs = [(c, e) for r in rows for c, e in zip(r.get("correct_curve", []), r["ev_curve"], strict=True)]
+    out = []
+    for lo, hi in zip(BANDS, BANDS[1:]):
+        evs = [e for c, e in pairs if lo <= c < hi]
+        out.append((f"[{lo:.1f}, {min(hi, 1.0):.1f}{']' if hi > 1 else ')'}", len(evs), mean(evs)))
+    return out
 
 
 def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int) -> None:
@@ -353,6 +371,8 @@ def main() -> None:
         print(
             f"{config}: EV last 10 >= 0.3, gain >= +60 points and <= 180 s on every seed: {'met' if ok else 'NOT met'}"
         )
+        bands = ", ".join(f"{band} {ev:+.2f} ({n} steps)" for band, n, ev in ev_by_success(rs) if n)
+        print(f"{config}: mean EV by the step's sampled success rate, seeds pooled: {bands}")
     if args.json:  # the chapter 05 section and the README read this
         command = "python benchmarks/critic.py " + " ".join(sys.argv[1:])
         Path(args.json).write_text(json.dumps({"commands": [command], "rows": rows}, indent=1))
