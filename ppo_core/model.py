@@ -180,8 +180,7 @@ class ActorWithValueHead(nn.Module):
             return logits, None
         if self.critic_trunk is not None:  # the critic's own transformer reads the same tokens
             return logits, self.critic_values(input_ids, attention_mask, position_ids, keep)
-        values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)  # (B, L'), float32
-        return logits, values
+        return logits, self.head_values(hidden)
 
     def critic_values(self, input_ids, attention_mask, position_ids=None, keep: slice | None = None):
         """(B, L) ids -> values (B, L') of the separate critic alone (its trunk, then the value head)."""
@@ -189,8 +188,11 @@ class ActorWithValueHead(nn.Module):
             position_ids = position_ids_from_mask(attention_mask)
         with autocast(input_ids.device, self.compute_dtype):
             out = self.critic_trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
-        hidden = out.last_hidden_state if keep is None else out.last_hidden_state[:, keep]  # (B, L', H)
-        return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)  # (B, L'), float32
+        return self.head_values(out.last_hidden_state if keep is None else out.last_hidden_state[:, keep])
+
+    def head_values(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Hidden states (B, L', H) of whichever trunk the critic reads -> values (B, L'), in the head's float32."""
+        return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
 
     def generate(self, *args, **kwargs):
         return self.lm.generate(*args, **kwargs)

@@ -166,8 +166,7 @@ def value_update(actor, optimizer, mb: dict, *, vf_clip_eps: float = 0.2, max_gr
     else:
         with torch.no_grad(), autocast(mb["input_ids"].device, actor.compute_dtype):
             _, hidden = actor.logits_fn(actor.lm, mb["input_ids"], mb["attention_mask"], pos, mb["keep"])  # (B, T, H)
-        head = actor.value_head
-        values = head(hidden.to(head.weight.dtype)).squeeze(-1)  # (B, T)
+        values = actor.head_values(hidden)  # (B, T)
     loss, stats = value_loss(values, mb["old_values"], mb["returns"], mb["mask"], vf_clip_eps)
     loss.backward()
     grad_norm = clip(actor.critic_parameters(), max_grad_norm)
