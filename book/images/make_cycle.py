@@ -71,7 +71,7 @@ FLOWS = [  # text beside the arrows between phases
 ]
 MODELS = [  # (name, role)
     (r"policy $\pi_\theta$", "the language model\nbeing trained"),
-    (r"value head $V$", "one linear layer on\nthe policy's trunk"),
+    (r"value head $V$", "a linear layer on its own\ntrunk or the policy's"),
     (r"reference $\pi_{\mathrm{ref}}$", "a frozen copy of\nthe starting policy"),
     ("reward", "a rule: is the final\nanswer right?"),
 ]
