@@ -14,7 +14,7 @@ from .losses import entropy_loss, policy_loss, value_loss
 from .model import position_ids_from_mask
 from .run.precision import autocast
 
-__all__ = ["ppo_loss", "minibatch_update", "value_update", "clip_groups", "RatioCheckError"]
+__all__ = ["ppo_loss", "minibatch_update", "value_update", "clip_groups", "policy_and_critic", "RatioCheckError"]
 
 
 class RatioCheckError(RuntimeError):
@@ -132,15 +132,21 @@ def minibatch_update(
     return totals
 
 
+def policy_and_critic(actor) -> tuple[list, list]:
+    """The trainable parameters, split into the policy's and the critic's (``actor.critic_parameters()``: the
+    value head, and a separate critic's trunk), each in ``actor.parameters()`` order."""
+    params = [p for p in actor.parameters() if p.requires_grad]
+    critic = {id(p) for p in actor.critic_parameters()}
+    return [p for p in params if id(p) not in critic], [p for p in params if id(p) in critic]
+
+
 def clip_groups(actor) -> list[list]:
     """The parameter sets whose gradient norms are clipped to ``max_grad_norm`` each: all trainable
     parameters together, or, with a separate critic (``actor.critic_trunk``), the policy's and the critic's
     apart, so that a large value gradient cannot shrink the policy's step (nor the reverse)."""
-    params = [p for p in actor.parameters() if p.requires_grad]
     if getattr(actor, "critic_trunk", None) is None:
-        return [params]
-    critic = {id(p) for p in actor.critic_parameters()}
-    return [[p for p in params if id(p) not in critic], [p for p in params if id(p) in critic]]
+        return [[p for p in actor.parameters() if p.requires_grad]]
+    return list(policy_and_critic(actor))
 
 
 def clip(params: list, max_grad_norm: float) -> torch.Tensor:

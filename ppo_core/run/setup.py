@@ -22,7 +22,7 @@ from ..tasks.long_synthetic import make_long_task, warm_start_long
 from ..tasks.rewards import gsm8k_reward, is_correct
 from ..tasks.synthetic import make_synthetic_task
 from ..tasks.warmstart import warm_start, warm_start_from
-from ..update import ppo_loss
+from ..update import policy_and_critic, ppo_loss
 from ..utils import hub_offline, hub_unreachable
 from .config import Config, ConfigError
 from .precision import DTYPES
@@ -201,14 +201,10 @@ def param_groups(actor, ppo) -> list:
     the policy (trunk and LM head) at ``ppo.lr`` and the critic (the value head, and a separate critic's trunk)
     in a second group at ``ppo.value_lr``. An actor without a value head (no critic, chapter 07) gets the one
     group whatever ``ppo.value_lr`` says."""
-    params = [p for p in actor.parameters() if p.requires_grad]
     if not ppo.value_lr or actor.value_head is None:
-        return params
-    head = {id(p) for p in actor.critic_parameters()}
-    return [
-        {"params": [p for p in params if id(p) not in head], "lr": ppo.lr},
-        {"params": [p for p in params if id(p) in head], "lr": ppo.value_lr},
-    ]
+        return [p for p in actor.parameters() if p.requires_grad]
+    policy, critic = policy_and_critic(actor)
+    return [{"params": policy, "lr": ppo.lr}, {"params": critic, "lr": ppo.value_lr}]
 
 
 def build_optimizer(actor, ppo) -> torch.optim.Optimizer:
