@@ -308,6 +308,12 @@ def long_runs(configs: list[str], seed: int, steps: int, extra: list[str]) -> No
               f"{time.perf_counter() - t0:.0f} |", flush=True)  # fmt: skip
 
 
+def band_line(config: str, rows: list[dict]) -> str:
+    """The line that prints ``ev_by_success`` of a config's rows (the README quotes it)."""
+    bands = ", ".join(f"{band} {ev:+.2f} ({n} steps)" for band, n, ev in ev_by_success(rows) if n)
+    return f"{config}: mean EV by the step's sampled success rate, seeds pooled: {bands}"
+
+
 def row(r: dict) -> str:
     gain = 100 * (r["after"] - r["before"])
     acc = f"{r['before']:.3f} -> {r['after']:.3f} ({gain:+.1f})"
@@ -371,8 +377,7 @@ def main() -> None:
         print(
             f"{config}: EV last 10 >= 0.3, gain >= +60 points and <= 180 s on every seed: {'met' if ok else 'NOT met'}"
         )
-        bands = ", ".join(f"{band} {ev:+.2f} ({n} steps)" for band, n, ev in ev_by_success(rs) if n)
-        print(f"{config}: mean EV by the step's sampled success rate, seeds pooled: {bands}")
+        print(band_line(config, rs))
     if args.json:  # the chapter 05 section and the README read this
         command = "python benchmarks/critic.py " + " ".join(sys.argv[1:])
         Path(args.json).write_text(json.dumps({"commands": [command], "rows": rows}, indent=1))

@@ -1,0 +1,106 @@
+"""The README's benchmark numbers are the recorded results, reprinted by the benchmarks' own formatting.
+
+The README quotes tables printed by ``benchmarks/critic.py`` and ``benchmarks/compare_algos.py``; their
+runs are saved in ``benchmarks/results/*.json``. These tests re-format the saved rows with the scripts'
+own functions and require every quoted table row and summary line to be one of them, so a README edited by
+hand, or left behind by a re-run, fails here. Wall times are left out: the README's tables were measured
+in several sessions and the saved files keep one of them.
+"""
+
+import contextlib
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+README = (ROOT / "README.md").read_text()
+PROSE = " ".join(README.split())  # the README's words with its line breaks and indentation undone
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import compare_algos  # noqa: E402
+import critic  # noqa: E402
+
+CRITIC_ROW = re.compile(r"^\| [^|]+ \| \d \| [+-]\d\.\d\d \| [+-]\d\.\d\d \| \d\.\d{4} \| .+ \| \d+ \|$", re.M)
+"""A row of ``critic.py``'s table: config, seed, EV first 10, EV last 10, value loss, accuracy, wall s."""
+SPEC_ROW = re.compile(
+    r"^\| `([^`]+)`[^|]* \| (\d) \| ([+-]\d\.\d\d) \| (\d\.\d{3} -> \d\.\d{3} \([+-]\d+\.\d\)) \| \d+ \|$", re.M
+)
+"""A row of the README's "Could more fitting close the gap?" table: a spec on top of ``separate``, seed, EV last 10,
+accuracy, wall s."""
+
+
+def _critic_rows() -> list[dict]:
+    rows = []
+    for name in ("critic_cpu.json", "critic_saturation.json"):
+        rows += json.loads((RESULTS / name).read_text())["rows"]
+    return rows
+
+
+def _without_wall(line: str) -> str:
+    return line.rsplit("|", 2)[0]
+
+
+def test_every_critic_row_in_the_readme_is_a_saved_run():
+    recorded = {_without_wall(critic.row(r)) for r in _critic_rows()}
+    quoted = CRITIC_ROW.findall(README)
+    assert len(quoted) >= 20, f"found only {len(quoted)} critic.py rows in the README: has the table format changed?"
+    stray = [line for line in quoted if _without_wall(line) not in recorded]
+    assert not stray, f"README rows that no saved run in benchmarks/results prints: {stray}"
+
+
+def test_the_readme_band_lines_are_the_saved_curves():
+    rows = json.loads((RESULTS / "critic_saturation.json").read_text())["rows"]
+    for steps in (40, 55):
+        line = critic.band_line("separate", [r for r in rows if r["steps"] == steps])
+        assert line in README, f"the README's {steps}-step band line is not what the saved runs give:\n{line}"
+
+
+def test_the_probe_numbers_in_the_readme_are_the_saved_probe():
+    (probe,) = json.loads((RESULTS / "critic_probe_14.json").read_text())
+    passes = ", ".join(f"{ev:+.2f}" for ev in probe["separate_by_epoch"][6:])
+    assert f"goes on from +{probe['separate_by_epoch'][5]:.2f} to {passes} on the held-out rollouts" in PROSE
+    assert f"the run's own critic, as trained: {probe['own']:+.2f}" in PROSE
+
+
+def test_the_readme_algorithm_comparison_is_the_saved_one():
+    results = json.loads((RESULTS / "compare_algos_short.json").read_text())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        compare_algos.print_tables(results)
+    printed = out.getvalue().strip()
+    assert printed.count("\n") > 10
+    assert printed in README, "the README's compare_algos tables are not those of compare_algos_short.json"
+
+
+@pytest.mark.parametrize("mutate", ["ev", "accuracy"])
+def test_a_changed_number_is_caught(mutate):
+    """The check is not vacuous: a README with one number changed has a row no saved run prints."""
+    recorded = {_without_wall(critic.row(r)) for r in _critic_rows()}
+    line = CRITIC_ROW.findall(README)[0]
+    cells = line.split(" | ")
+    if mutate == "ev":
+        cells[3] = f"{float(cells[3]) + 0.01:+.2f}"
+    else:
+        cells[5] = re.sub(r"\(([+-])(\d+)", r"(\g<1>9\2", cells[5])  # the gain: +71.4 -> +971.4
+    assert _without_wall(" | ".join(cells)) not in recorded
+
+
+def test_the_more_fitting_table_and_the_lam_value_rows_are_saved_runs():
+    saved = json.loads((RESULTS / "critic_more_fitting.json").read_text())["rows"]
+    base = "ppo.separate_critic=true,ppo.value_lr=1e-3,ppo.lam_value=1.0,"
+    quoted = SPEC_ROW.findall(README)
+    assert len(quoted) == 3, quoted
+    for spec, seed, ev, acc in quoted:
+        (r,) = [r for r in saved if r["config"] == base + spec and r["seed"] == int(seed)]
+        cells = critic.row(r).split(" | ")  # config, seed, EV first 10, EV last 10, loss, accuracy, wall
+        assert (ev, acc) == (cells[3], cells[5]), f"README {spec}: {ev} {acc}, saved run: {cells[3]} {cells[5]}"
+    lam = sorted((r for r in saved if r["config"].endswith("lam_value=0.95")), key=lambda r: r["seed"])
+    assert [r["seed"] for r in lam] == [0, 1, 2]
+    evs = " / ".join(f"{r['ev_last10']:+.2f}" for r in lam)
+    gains = " / ".join(f"{100 * (r['after'] - r['before']):+.1f}" for r in lam)
+    assert f"gave {evs} on seeds 0-2 ({gains} points" in PROSE
