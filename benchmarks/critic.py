@@ -188,14 +188,12 @@ def probe(config: str, seed: int, steps: int, extra: list[str], n_batches: int, 
         return explained_variance(cat(values), cat([ro.returns for ro in test]), cat([ro.mask for ro in test]))
 
     n_fit, n_test = (sum(ro.input_ids.shape[0] for ro in part) for part in (fit, test))
-    print(f"probe ({config}, seed {seed}, {steps} steps, held-out sampled accuracy "
-          f"{summary['after/sampled_accuracy']:.3f}): critics fitted on {n_fit} fresh rollouts of the trained "
-          f"policy, explained variance (Monte-Carlo targets) on {n_test} others")  # fmt: skip
     out = {"config": config, "separate_critic": cfg.ppo.separate_critic, "seed": seed, "steps": steps,
            "accuracy": summary["after/sampled_accuracy"],
-           "n_fit": n_fit, "n_test": n_test,
-           "own": ev([ro.values for ro in test])}  # fmt: skip
-    print(f"  the run's own critic, as trained:                    {out['own']:+.2f}")
+           "n_fit": n_fit, "n_test": n_test}  # fmt: skip
+    print(probe_report(out))
+    out["own"] = ev([ro.values for ro in test])
+    print(probe_report(out).splitlines()[-1])
 
     @torch.no_grad()
     def features(ro):  # the policy's final hidden states at the response positions, plus a constant
@@ -208,7 +206,7 @@ def probe(config: str, seed: int, steps: int, extra: list[str], n_batches: int, 
     y = torch.cat([ro.returns[ro.mask] for ro in fit]).double()
     w = torch.linalg.solve(X.T @ X + 1e-3 * torch.eye(X.shape[1], dtype=X.dtype), X.T @ y).float()
     out["linear_probe"] = ev([features(ro) @ w for ro in test])
-    print(f"  linear probe on the policy's hidden states (fitted):  {out['linear_probe']:+.2f}")
+    print(probe_report(out).splitlines()[-1])
     trunk, head = start_trunk.train(), torch.nn.Linear(X.shape[1] - 1, 1)  # a zero head on the starting trunk
     torch.nn.init.zeros_(head.weight)
     torch.nn.init.zeros_(head.bias)
@@ -220,7 +218,7 @@ def probe(config: str, seed: int, steps: int, extra: list[str], n_batches: int, 
         return head(h[:, ro.keep]).squeeze(-1)
 
     gen = torch.Generator().manual_seed(seed)
-    for epoch in range(1, epochs + 1):
+    for _ in range(epochs):
         for ro in fit:
             for rows in torch.randperm(ro.input_ids.shape[0], generator=gen).split(cfg.ppo.minibatch_size):
                 loss = ((values(ro, rows) - ro.returns[rows]) ** 2)[ro.mask[rows]].mean()
@@ -230,9 +228,23 @@ def probe(config: str, seed: int, steps: int, extra: list[str], n_batches: int, 
                 opt.step()
         with torch.no_grad():
             out.setdefault("separate_by_epoch", []).append(ev([values(ro) for ro in test]))
-        print(f"  separate critic (starting trunk + head), epoch {epoch}:    {out['separate_by_epoch'][-1]:+.2f}",
-              flush=True)  # fmt: skip
+        print(probe_report(out).splitlines()[-1], flush=True)
     return out
+
+
+def probe_report(out: dict) -> str:
+    """What ``probe`` prints for its results so far (``out``, as it returns or saves them): a header line, then
+    one line per critic (the README quotes these)."""
+    lines = [f"probe ({out['config']}, seed {out['seed']}, {out['steps']} steps, held-out sampled accuracy "
+             f"{out['accuracy']:.3f}): critics fitted on {out['n_fit']} fresh rollouts of the trained "
+             f"policy, explained variance (Monte-Carlo targets) on {out['n_test']} others"]  # fmt: skip
+    if "own" in out:
+        lines.append(f"  the run's own critic, as trained:                    {out['own']:+.2f}")
+    if "linear_probe" in out:
+        lines.append(f"  linear probe on the policy's hidden states (fitted):  {out['linear_probe']:+.2f}")
+    for epoch, ev in enumerate(out.get("separate_by_epoch", []), 1):
+        lines.append(f"  separate critic (starting trunk + head), epoch {epoch}:    {ev:+.2f}")
+    return "\n".join(lines)
 
 
 LONG = ["data.task=long_synthetic", "rollout.max_new_tokens=128", "rollout.batch_size=64", "ppo.minibatch_size=32",

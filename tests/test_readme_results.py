@@ -60,7 +60,11 @@ def test_the_readme_band_lines_are_the_saved_curves():
         assert line in README, f"the README's {steps}-step band line is not what the saved runs give:\n{line}"
 
 
-def test_the_probe_numbers_in_the_readme_are_the_saved_probe():
+def test_the_probe_numbers_in_the_readme_are_the_saved_probes():
+    probes = json.loads((RESULTS / "critic_probe.json").read_text())
+    assert [p["config"] for p in probes] == ["value_lr+lam_value", "separate"]
+    printed = "\n".join(critic.probe_report(p) for p in probes)
+    assert printed in README, f"the README's probe output is not what critic_probe.json gives:\n{printed}"
     (probe,) = json.loads((RESULTS / "critic_probe_14.json").read_text())
     passes = ", ".join(f"{ev:+.2f}" for ev in probe["separate_by_epoch"][6:])
     assert f"goes on from +{probe['separate_by_epoch'][5]:.2f} to {passes} on the held-out rollouts" in PROSE
