@@ -286,9 +286,9 @@ def first_token_credit(tr, n_batches: int = 1) -> dict:
     return {"credit": slope, "length": length, "right_start": sum(right) / len(right)}
 
 
-def long_runs(configs: list[str], seed: int, steps: int, extra: list[str]) -> None:
+def long_runs(configs: list[str], seed: int, steps: int, extra: list[str]) -> list[dict]:
     """The long task: first-token credit at the start of PPO (after any value warm-up) and after ``steps`` steps,
-    and held-out accuracy before/after, per config, in-process."""
+    and held-out accuracy before/after, per config, in-process. Prints a row per config; returns the rows."""
     from ppo_core.run.config import load_config
     from ppo_core.run.loop import total_steps
     from ppo_core.trainer import PPOTrainer
@@ -296,6 +296,7 @@ def long_runs(configs: list[str], seed: int, steps: int, extra: list[str]) -> No
     print(f"long-answer task, seed {seed}, {steps} PPO steps per config ({' '.join(LONG)})")
     print("| config | credit at token 0 (start) | credit (end) | right first token | sampled accuracy | wall s |")
     print("|---|---|---|---|---|---|")
+    rows = []
     for name in configs:
         spec = LONG_CONFIGS[name] if name in LONG_CONFIGS else dict(kv.split("=", 1) for kv in name.split(","))
         over = [f"{k}={v}" for k, v in {**TODAY, **spec}.items()]
@@ -315,9 +316,18 @@ def long_runs(configs: list[str], seed: int, steps: int, extra: list[str]) -> No
             with torch.random.fork_rng(devices=[]):
                 end = first_token_credit(tr)
             tr.logger.close()
-        print(f"| {name} | {start['credit']:.3g} (T = {start['length']:.0f}) | {end['credit']:.3g} | "
-              f"{start['right_start']:.2f} -> {end['right_start']:.2f} | {before:.3f} -> {after:.3f} | "
-              f"{time.perf_counter() - t0:.0f} |", flush=True)  # fmt: skip
+        rows.append({"config": name, "seed": seed, "steps": steps, "start": start, "end": end, "before": before,
+                     "after": after, "wall_s": time.perf_counter() - t0})  # fmt: skip
+        print(long_row(rows[-1]), flush=True)
+    return rows
+
+
+def long_row(r: dict) -> str:
+    """A row of the long task's table (``long_runs``)."""
+    start, end = r["start"], r["end"]
+    return (f"| {r['config']} | {start['credit']:.3g} (T = {start['length']:.0f}) | {end['credit']:.3g} | "
+            f"{start['right_start']:.2f} -> {end['right_start']:.2f} | {r['before']:.3f} -> {r['after']:.3f} | "
+            f"{r['wall_s']:.0f} |")  # fmt: skip
 
 
 def band_line(config: str, rows: list[dict]) -> str:
@@ -355,7 +365,11 @@ def main() -> None:
                     help="an override for every run (repeat it for several)")  # fmt: skip
     args = ap.parse_args()
     if args.long:
-        return long_runs(args.configs or list(LONG_CONFIGS), args.seeds[0], args.steps, args.overrides)
+        rows = long_runs(args.configs or list(LONG_CONFIGS), args.seeds[0], args.steps, args.overrides)
+        if args.json:
+            command = "python benchmarks/critic.py " + " ".join(sys.argv[1:])
+            Path(args.json).write_text(json.dumps({"commands": [command], "rows": rows}, indent=1))
+        return
     args.configs = args.configs or list(CONFIGS)
     if args.probe:
         command = "python benchmarks/critic.py " + " ".join(sys.argv[1:])

@@ -108,3 +108,19 @@ def test_the_more_fitting_table_and_the_lam_value_rows_are_saved_runs():
     evs = " / ".join(f"{r['ev_last10']:+.2f}" for r in lam)
     gains = " / ".join(f"{100 * (r['after'] - r['before']):+.1f}" for r in lam)
     assert f"gave {evs} on seeds 0-2 ({gains} points" in PROSE
+
+
+LONG_ROW = re.compile(
+    r"^\| [^|]+ \| -?[\d.e+-]+ \(T = \d+\) \| -?[\d.e+-]+ \| \d\.\d\d -> \d\.\d\d \| .+ \| \d+ \|$", re.M
+)
+"""A row of the long-answer task's table (``critic.py --long``)."""
+
+
+def test_every_long_answer_row_in_the_readme_is_a_saved_run():
+    recorded = {
+        _without_wall(critic.long_row(r)) for r in json.loads((RESULTS / "critic_long.json").read_text())["rows"]
+    }
+    quoted = LONG_ROW.findall(README)
+    assert len(quoted) == 5, f"found {len(quoted)} long-task rows in the README: has the table format changed?"
+    stray = [line for line in quoted if _without_wall(line) not in recorded]
+    assert not stray, f"README long-task rows that no saved run in critic_long.json prints: {stray}"
