@@ -2,8 +2,8 @@
 
 The README quotes tables printed by ``benchmarks/critic.py`` and ``benchmarks/compare_algos.py``; their
 runs are saved in ``benchmarks/results/*.json``. These tests re-format the saved rows with the scripts'
-own functions and require every quoted table row and summary line to be one of them, so a README edited by
-hand, or left behind by a re-run, fails here. Wall times are left out: the README's tables were measured
+own functions and require every quoted table row, summary line and seed-0 number in the prose to be one of
+them, so a README edited by hand, or left behind by a re-run, fails here. Wall times are left out: the README's tables were measured
 in several sessions and the saved files keep one of them.
 """
 
@@ -124,3 +124,24 @@ def test_every_long_answer_row_in_the_readme_is_a_saved_run():
     assert len(quoted) == 5, f"found {len(quoted)} long-task rows in the README: has the table format changed?"
     stray = [line for line in quoted if _without_wall(line) not in recorded]
     assert not stray, f"README long-task rows that no saved run in critic_long.json prints: {stray}"
+
+
+INLINE = {
+    "ppo.value_epochs=4": "(`ppo.value_epochs=4`: {ev}, {gain} points",
+    "ppo.value_warmup_steps=5": "a 5-step warm-up of the whole critic ({ev}, {gain} points)",
+    "ppo.vf_clip_eps=10": "(`ppo.vf_clip_eps=10`: {ev}, {gain} points)",
+    "model.value_head_init_std=0.003": "(`model.value_head_init_std=0.003`: {ev}, {gain} points",
+}
+"""The seed-0 runs the README quotes in its prose, by the spec added to ``separate``, and how it quotes them."""
+
+
+def test_the_inline_seed0_runs_are_saved_runs():
+    saved = json.loads((RESULTS / "critic_inline.json").read_text())["rows"]
+    base = "ppo.separate_critic=true,ppo.value_lr=1e-3,ppo.lam_value=1.0"
+    quotes = {base + "," + spec: text for spec, text in INLINE.items()}
+    quotes[base.replace("value_lr=1e-3", "value_lr=3e-3")] = "(`ppo.value_lr=3e-3`: {ev}, {gain} points)"
+    assert sorted(r["config"] for r in saved) == sorted(quotes)
+    for r in saved:
+        gain = f"{100 * (r['after'] - r['before']):+.1f}"
+        text = quotes[r["config"]].format(ev=f"{r['ev_last10']:+.2f}", gain=gain)
+        assert text in PROSE, f"the README does not quote the saved run {r['config']} as {text!r}"
