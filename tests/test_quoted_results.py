@@ -1,9 +1,10 @@
-"""The README's benchmark numbers are the recorded results, reprinted by the benchmarks' own formatting.
+"""The benchmark numbers the README and the FAQ quote are the saved results, re-printed by the benchmarks' code.
 
-The README quotes tables printed by ``benchmarks/critic.py`` and ``benchmarks/compare_algos.py``; their
-runs are saved in ``benchmarks/results/*.json``. These tests re-format the saved rows with the scripts'
-own functions and require every quoted table row, summary line and seed-0 number in the prose to be one of
-them, so a README edited by hand, or left behind by a re-run, fails here. Wall times are left out: the README's tables were measured
+The README quotes tables printed by ``benchmarks/critic.py`` and ``benchmarks/compare_algos.py``, and the
+FAQ's answer on policy-critic convergence quotes the critic benchmark; their runs are saved in
+``benchmarks/results/*.json``. These tests re-format the saved rows with the scripts' own functions and
+require every quoted table row, summary line and number in the prose to be one of them, so a page edited
+by hand, or left behind by a re-run, fails here. Wall times are left out: the README's tables were measured
 in several sessions and the saved files keep one of them.
 """
 
@@ -145,3 +146,36 @@ def test_the_inline_seed0_runs_are_saved_runs():
         gain = f"{100 * (r['after'] - r['before']):+.1f}"
         text = quotes[r["config"]].format(ev=f"{r['ev_last10']:+.2f}", gain=gain)
         assert text in PROSE, f"the README does not quote the saved run {r['config']} as {text!r}"
+
+
+FAQ = " ".join((ROOT / "book" / "faq.md").read_text().split())
+
+
+def _saved(name: str, config: str) -> list[dict]:
+    rows = json.loads((RESULTS / name).read_text())["rows"]
+    return sorted((r for r in rows if r["config"] == config and r.get("steps", 40) == 40), key=lambda r: r["seed"])
+
+
+def test_the_faq_critic_numbers_are_saved_runs():
+    """The FAQ's answer on policy-critic convergence quotes the critic benchmark; every number is a saved run's."""
+    ev = lambda rows: [f"${r['ev_last10']:+.2f}$" for r in rows]  # noqa: E731
+    gain = lambda rows: [f"${100 * (r['after'] - r['before']):+.1f}$" for r in rows]  # noqa: E731
+    today, head, separate = (_saved("critic_cpu.json", c) for c in ("today", "value_lr+lam_value", "separate"))
+    assert [r["seed"] for r in today + head + separate] == [0, 1, 2] * 3
+    t0 = today[0]
+    assert f"rose from {t0['before']:.3f} to {t0['after']:.3f} while" in FAQ
+    assert f"fell to {ev(today)[0]} over the last 10 steps" in FAQ
+    assert "({}, {}, {} on seeds 0-2, against {}, {} and {})".format(*ev(head), *ev(today)) in FAQ
+    assert "raised it to {}, {} and {} at a similar accuracy gain".format(*ev(separate)) in FAQ
+    assert "({}, {}, {} points against {}, {}, {})".format(*gain(separate), *gain(head)) in FAQ
+    rows = [r for r in json.loads((RESULTS / "critic_saturation.json").read_text())["rows"] if r["steps"] == 55]
+    pairs = [(c, e) for r in rows for c, e in zip(r["correct_curve"], r["ev_curve"], strict=True)]
+    mid = [e for c, e in pairs if 0.5 <= c < 0.9]
+    high = [e for c, e in pairs if c >= 0.9]
+    assert f"run for 55 steps, the separate critic explains ${sum(mid) / len(mid):+.2f}$ of the variance" in FAQ
+    assert f"and ${sum(high) / len(high):+.2f}$ once it succeeds nine times in ten" in FAQ
+    long = {r["config"]: r for r in json.loads((RESULTS / "critic_long.json").read_text())["rows"]}
+    vc, zero = long["vc-ppo"]["start"]["credit"], long["today"]["start"]["credit"]
+    assert f"the first token's credit was ${vc:.2g}$ against ${zero:.1g}$ with no critic" in FAQ
+    sep = long["ppo.separate_critic=true,ppo.value_lr=1e-3,ppo.lam_value=1.0"]["end"]["credit"]
+    assert f"did not change that in 20 steps (credit ${sep:.1g}$)" in FAQ
