@@ -1,7 +1,8 @@
 """The benchmark numbers the README and the FAQ quote are the saved results, re-printed by the benchmarks' code.
 
-The README quotes tables printed by ``benchmarks/critic.py`` and ``benchmarks/compare_algos.py``, and the
-FAQ's answer on policy-critic convergence quotes the critic benchmark; their runs are saved in
+The README quotes tables printed by ``benchmarks/critic.py`` and ``benchmarks/compare_algos.py``; the
+FAQ's answer on policy-critic convergence, the presets' comments and the critic keys' docstrings in
+``ppo_core/run/config.py`` quote the critic benchmark. Their runs are saved in
 ``benchmarks/results/*.json``. These tests re-format the saved rows with the scripts' own functions and
 require every quoted table row, summary line and number in the prose to be one of them, so a page edited
 by hand, or left behind by a re-run, fails here. Wall times are left out: the README's tables were measured
@@ -179,3 +180,29 @@ def test_the_faq_critic_numbers_are_saved_runs():
     assert f"the first token's credit was ${vc:.2g}$ against ${zero:.1g}$ with no critic" in FAQ
     sep = long["ppo.separate_critic=true,ppo.value_lr=1e-3,ppo.lam_value=1.0"]["end"]["credit"]
     assert f"did not change that in 20 steps (credit ${sep:.1g}$)" in FAQ
+
+
+def test_the_presets_and_config_docstrings_quote_saved_runs():
+    """The critic settings' comments in the presets and their docstrings in run/config.py quote the benchmark."""
+    sep = lambda xs, f: " / ".join(f.format(x) for x in xs)  # noqa: E731
+    today, head, separate = (_saved("critic_cpu.json", c) for c in ("today", "value_lr+lam_value", "separate"))
+    runs = {"t": today, "h": head, "s": separate}
+    evs = {k: [r["ev_last10"] for r in rows] for k, rows in runs.items()}
+    gains = {k: [100 * (r["after"] - r["before"]) for r in rows] for k, rows in runs.items()}
+    cpu = " ".join((ROOT / "ppo_core/run/configs/cpu.yaml").read_text().replace("#", " ").split())
+    assert f"variance: {sep(evs['s'], '{:+.2f}')} with it, {sep(evs['h'], '{:+.2f}')} with a head" in cpu
+    assert f"{sep(evs['t'], '{:+.2f}')} with the course's first settings" in cpu
+    g = f"{sep(gains['s'], '{:+.1f}')} vs {sep(gains['h'], '{:+.1f}')} vs {sep(gains['t'], '{:+.1f}')} points"
+    assert g in cpu
+    config = " ".join((ROOT / "ppo_core/run/config.py").read_text().split())
+    tight = lambda xs: "/".join(f"{x:+.2f}" for x in xs)  # noqa: E731
+    assert f"from {tight(evs['t'])} to {tight(evs['h'])} on seeds 0-2" in config
+    assert f"variance {tight(evs['s'])} on seeds 0-2, against {tight(evs['h'])} for the head" in config
+    cuda = " ".join((ROOT / "ppo_core/run/configs/cuda.yaml").read_text().replace("#", " ").split())
+    long = {r["config"]: r for r in json.loads((RESULTS / "critic_long.json").read_text())["rows"]}
+    rights = lambda r: f"{r['start']['right_start']:.2f} -> {r['end']['right_start']:.2f}"  # noqa: E731
+    assert f"lam 0.95 gave token 0 a credit of {long['today']['start']['credit']:.3f}" in cuda
+    assert f"gave {long['vc-ppo']['start']['credit']:.3f}, its linear head" in cuda
+    assert f"({rights(long['lam1'])}; {rights(long['today'])} with lam 0.95)" in cuda
+    separate_long = long["ppo.separate_critic=true,ppo.value_lr=1e-3,ppo.lam_value=1.0"]["end"]["credit"]
+    assert f"({separate_long:.3f} after 20 steps)" in cuda
