@@ -433,8 +433,11 @@ def test_sigint_and_sigterm_save_a_checkpoint_and_exit_cleanly(tiny_model_path, 
         out = tmp_path / sig.name
         runs[sig] = (out, *_spawn(_overrides(tiny_model_path, out, 1000, "train.save_every=0"), tmp_path, sig.name))
     procs = [proc for _, proc, _ in runs.values()]
-    for sig, (out, proc, _) in runs.items():
-        _wait_for(lambda out=out: _step_lines(out), procs)  # step 1 is logged, on disk
+    # Both have logged step 1 (on disk) before either is signalled: waiting for the second while the first
+    # has already exited would read as a run that ended too soon.
+    for out, _, _ in runs.values():
+        _wait_for(lambda out=out: _step_lines(out), procs)
+    for sig, (_, proc, _) in runs.items():
         proc.send_signal(sig)
     for sig, (out, proc, err) in runs.items():
         assert proc.wait(timeout=90) == 128 + sig
