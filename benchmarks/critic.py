@@ -364,15 +364,16 @@ def main() -> None:
     ap.add_argument("-o", "--override", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="an override for every run (repeat it for several)")  # fmt: skip
     args = ap.parse_args()
-    if args.long:
-        rows = long_runs(args.configs or list(LONG_CONFIGS), args.seeds[0], args.steps, args.overrides)
+    command = "python benchmarks/critic.py " + " ".join(sys.argv[1:])
+
+    def save_rows(rows: list[dict]) -> None:  # the README, chapter 05 and tests/test_quoted_results.py read these
         if args.json:
-            command = "python benchmarks/critic.py " + " ".join(sys.argv[1:])
             Path(args.json).write_text(json.dumps({"commands": [command], "rows": rows}, indent=1))
-        return
+
+    if args.long:
+        return save_rows(long_runs(args.configs or list(LONG_CONFIGS), args.seeds[0], args.steps, args.overrides))
     args.configs = args.configs or list(CONFIGS)
     if args.probe:
-        command = "python benchmarks/critic.py " + " ".join(sys.argv[1:])
         runs = [{**probe(c, args.seeds[0], args.steps, args.overrides, args.probe_batches, args.probe_epochs),
                  "command": command} for c in args.probe]  # fmt: skip
         if args.json:  # chapter 05's section 9 reads this
@@ -404,9 +405,7 @@ def main() -> None:
             f"{config}: EV last 10 >= 0.3, gain >= +60 points and <= 180 s on every seed: {'met' if ok else 'NOT met'}"
         )
         print(band_line(config, rs))
-    if args.json:  # the chapter 05 section and the README read this
-        command = "python benchmarks/critic.py " + " ".join(sys.argv[1:])
-        Path(args.json).write_text(json.dumps({"commands": [command], "rows": rows}, indent=1))
+    save_rows(rows)
 
 
 if __name__ == "__main__":
