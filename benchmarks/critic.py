@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/critic.py [--seeds 0 1 2] [--steps 40] [--configs today value_lr ...] [-o key=value]
     .venv/bin/python benchmarks/critic.py --long [--steps 30] [--configs today vc-ppo ...]
-    .venv/bin/python benchmarks/critic.py --oracle today [--steps 40]
+    .venv/bin/python benchmarks/critic.py --oracle separate [--steps 40] [--oracle-n 64] [--json FILE]
     .venv/bin/python benchmarks/critic.py --probe value_lr+lam_value separate [--steps 40]
 
 Each (config, seed) is the README's training command (``python -m ppo_core.train``, the cpu preset) in a
@@ -105,8 +105,9 @@ def ev_by_success(rows: list[dict]) -> list[tuple[str, int, float]]:
     return out
 
 
-def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int) -> None:
-    """Train one run in-process, then compare its critic with the Monte-Carlo best critic on a fresh rollout."""
+def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int) -> dict:
+    """Train one run in-process, then compare its critic with the Monte-Carlo best critic on a fresh rollout of
+    ``n`` held-out questions; print ``oracle_report`` and return the numbers it prints."""
     from ppo_core.gae import compute_gae, token_rewards
     from ppo_core.kl import kl_penalty
     from ppo_core.run.config import load_config
@@ -134,18 +135,36 @@ def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int)
         cfg.rollout.temperature,
     )
     lam = p.lam if p.lam_value is None else p.lam_value
-    print(f"oracle ({config}, seed {seed}, {steps} steps, held-out sampled accuracy "
-          f"{summary['after/sampled_accuracy']:.3f}; {n} held-out rollouts, k={k} continuations per prefix, "
-          f"{time.perf_counter() - t0:.0f} s):")  # fmt: skip
-    for name, lam_t in (("lambda = 1 (Monte-Carlo returns)", 1.0), (f"lambda = {lam} (this run's targets)", lam)):
-        for who, v in (("the trained critic", ro.values.float()), ("best possible critic (MC estimate)", v_star)):
+    out = {"config": config, "seed": seed, "steps": steps, "accuracy": summary["after/sampled_accuracy"], "n": n,
+           "k": k, "seconds": time.perf_counter() - t0, "lam": lam, "ev": {}}  # fmt: skip
+    for name, lam_t in (("mc", 1.0), ("run", lam)):
+        for who, v in (("trained", ro.values.float()), ("best", v_star)):
             _, ret = compute_gae(rewards, v, ro.mask, p.gamma, lam_t)
-            print(f"  targets {name:36s} {who:36s} explained variance {explained_variance(v, ret, ro.mask):+.2f}")
+            out["ev"][f"{name}/{who}"] = explained_variance(v, ret, ro.mask)
     i = int(scores.argmin())
-    print("  a response, its tokens with V (critic) and V* (best):")
-    for t in range(int(ro.mask[i].sum())):
-        tok = tr.tokenizer.decode(ro.response_ids[i, t : t + 1])
-        print(f"    {tok!r:8} V={ro.values[i, t]:+.2f}  V*={v_star[i, t]:+.2f}")
+    out["example"] = [
+        [tr.tokenizer.decode(ro.response_ids[i, t : t + 1]), float(ro.values[i, t]), float(v_star[i, t])]
+        for t in range(int(ro.mask[i].sum()))
+    ]
+    print(oracle_report(out))
+    return out
+
+
+def oracle_report(out: dict) -> str:
+    """What ``oracle`` prints: the trained and the best critic's explained variance, and a response token by token."""
+    lines = [
+        f"oracle ({out['config']}, seed {out['seed']}, {out['steps']} steps, held-out sampled accuracy "
+        f"{out['accuracy']:.3f}; {out['n']} held-out rollouts, k={out['k']} continuations per prefix, "
+        f"{out['seconds']:.0f} s):"
+    ]
+    targets = (("mc", "lambda = 1 (Monte-Carlo returns)"), ("run", f"lambda = {out['lam']} (this run's targets)"))
+    for name, label in targets:
+        for who, who_label in (("trained", "the trained critic"), ("best", "best possible critic (MC estimate)")):
+            ev = out["ev"][f"{name}/{who}"]
+            lines.append(f"  targets {label:36s} {who_label:36s} explained variance {ev:+.2f}")
+    lines.append("  a response, its tokens with V (critic) and V* (best):")
+    lines += [f"    {tok!r:8} V={v:+.2f}  V*={v_star:+.2f}" for tok, v, v_star in out["example"]]
+    return "\n".join(lines)
 
 
 def probe(config: str, seed: int, steps: int, extra: list[str], n_batches: int, epochs: int) -> dict:
@@ -380,7 +399,10 @@ def main() -> None:
             Path(args.json).write_text(json.dumps(runs, indent=1))
         return
     if args.oracle:
-        return oracle(args.oracle, args.seeds[0], args.steps, args.overrides, args.oracle_k, args.oracle_n)
+        out = oracle(args.oracle, args.seeds[0], args.steps, args.overrides, args.oracle_k, args.oracle_n)
+        if args.json:  # the README quotes it (tests/test_quoted_results.py)
+            Path(args.json).write_text(json.dumps({**out, "command": command}, indent=1))
+        return
     for c in args.configs:
         overrides_of(c)  # a bad name fails now, not after an hour of runs
     from ppo_core.run.config import load_config

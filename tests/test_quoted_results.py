@@ -75,6 +75,15 @@ def test_the_probe_numbers_in_the_readme_are_the_saved_probes():
     assert f"the run's own critic, as trained: {probe['own']:+.2f}" in PROSE
 
 
+def test_the_end_of_run_oracle_in_the_readme_is_the_saved_one():
+    out = json.loads((RESULTS / "critic_oracle_end.json").read_text())
+    printed = critic.oracle_report(out)
+    assert printed in README, f"the README's end-of-run oracle output is not critic_oracle_end.json's:\n{printed}"
+    best, trained = out["ev"]["mc/best"], out["ev"]["mc/trained"]
+    assert f"the best possible critic explains {best:+.2f}" in PROSE
+    assert f"the run's own critic {trained:+.2f}" in PROSE
+
+
 def test_the_readme_algorithm_comparison_is_the_saved_one():
     results = json.loads((RESULTS / "compare_algos_short.json").read_text())
     out = io.StringIO()
