@@ -103,14 +103,24 @@ def test_rollout_stops_at_either_eos_id(hub):
 
     lm, tok = hub
     endoftext = tok.convert_tokens_to_ids("<|endoftext|>")
-    hook = lm.lm_head.register_forward_hook(lambda m, i, out: out.index_fill(-1, torch.tensor([endoftext]), 50.0))
+    word = tok.encode("a", add_special_tokens=False)[0]
+
+    def force(module, inputs, out):  # rows 0-1 stop at once on <|endoftext|>; rows 2-3 write `word` to the limit
+        out = out.clone()
+        out[:2, :, endoftext] = 50.0
+        out[2:, :, word] = 50.0
+        return out
+
+    hook = lm.lm_head.register_forward_hook(force)
     try:
         torch.manual_seed(0)
         ro = sample(lm, tok, ["Ann has 3 apples"] * 4, max_new_tokens=8, temperature=1.0)
     finally:
         hook.remove()
-    assert (ro.response_ids[:, 0] == endoftext).all()
-    assert ro.mask.sum(1).tolist() == [1, 1, 1, 1], "<|endoftext|> ends a Qwen response like <|im_end|>"
+    assert (ro.response_ids[:2, 0] == endoftext).all() and (ro.response_ids[2:] == word).all()
+    # the padding generate writes after a stop is not response: a row that stopped counts its stop token only
+    assert ro.mask.sum(1).tolist() == [1, 1, 8, 8], "<|endoftext|> ends a Qwen response like <|im_end|>"
+    assert ro.completions[:2] == ["", ""]
 
 
 # ---- double BOS -------------------------------------------------------------------------------
