@@ -1,5 +1,6 @@
 """Rollout logprobs must be those of the distribution that sampled (temperature, position ids, left padding)."""
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -149,3 +150,22 @@ def test_ratio_is_one_on_a_cached_rollout(tiny_model_path, monkeypatch):
     optimizer = torch.optim.AdamW(actor.parameters(), lr=1e-3)
     stats = minibatch_update(actor, optimizer, mb, temperature=0.7, ratio_tol=1e-5)  # raises if |log ratio| > 1e-5
     assert stats["policy/max_abs_log_ratio"] < 1e-5
+
+
+def test_a_long_prompt_loses_its_start_and_keeps_its_end(tiny_model_path):
+    """The policy continues a prompt from its last tokens (the question's end and the newline): a prompt over
+    ``max_prompt_len`` is cut on the left (after its BOS, which the tokenizer keeps), and a short one beside it
+    is left-padded, not cut."""
+    _, tok = _load(tiny_model_path)
+    long_prompt, short = "Bob has 12 cards and gets 4 more. How many?\n", "Hi\n"
+    full = tok(long_prompt, add_special_tokens=True)["input_ids"]
+    limit = len(full) - 10
+    with pytest.warns(UserWarning, match="truncated from the left"):
+        ids, attn = tokenize_prompts(tok, [long_prompt, short], limit, "cpu")
+    assert ids.shape == (2, limit)
+    bos = full[:1] if tok.bos_token_id is not None and full[0] == tok.bos_token_id else []  # BOS stays first
+    kept = bos + full[len(full) - (limit - len(bos)) :]
+    assert ids[0].tolist() == kept, "the long prompt must keep its BOS and its last tokens, up to max_prompt_len"
+    assert tok.decode(ids[0]).endswith("How many?\n")
+    n_short = len(tok(short, add_special_tokens=True)["input_ids"])
+    assert attn[1].tolist() == [0] * (limit - n_short) + [1] * n_short  # left padding
