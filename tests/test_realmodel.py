@@ -156,6 +156,34 @@ def test_evaluation_leaves_every_rng_the_run_continues_with(tiny_model_path, mon
     assert reseeded == [], "evaluating a CPU model reseeded the CUDA generators a GPU run continues with"
 
 
+def test_greedy_accuracy_decodes_greedily_and_sampled_accuracy_at_the_runs_temperature(tiny_model_path, monkeypatch):
+    """``accuracy(greedy=True)`` is argmax decoding (no temperature, the same under any seed); without it, sampling
+    at ``rollout.temperature``. The trainer logs both, and a swap would pass every run."""
+    import inspect
+
+    from ppo_core.rollout import complete
+    from ppo_core.run import evaluation
+    from ppo_core.run.config import load_config
+    from ppo_core.tasks.synthetic import make_synthetic_task
+    from ppo_core.tasks.tiny import load_tiny
+
+    lm, tok = load_tiny(tiny_model_path)
+    records = make_synthetic_task(0)[1][:12]
+    cfg = load_config("cpu", ["rollout.max_new_tokens=12", "rollout.temperature=0.7"])
+    temperatures = []
+
+    def recording(*args, **kwargs):
+        temperatures.append(inspect.signature(complete).bind(*args, **kwargs).arguments["temperature"])
+        return complete(*args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "complete", recording)
+    greedy = evaluation.accuracy(lm, tok, records, cfg, greedy=True)
+    evaluation.accuracy(lm, tok, records, cfg)
+    assert temperatures == [None, 0.7]
+    cfg.train.seed = 5  # another seed: greedy decoding has no randomness to change
+    assert evaluation.accuracy(lm, tok, records, cfg, greedy=True) == greedy
+
+
 # ---- dropout ----------------------------------------------------------------------------------
 def test_disable_dropout_reaches_modules_that_copied_the_config(hub_path):
     from transformers import AutoModelForCausalLM
