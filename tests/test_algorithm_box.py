@@ -179,7 +179,9 @@ def as_tensor(rows) -> torch.Tensor:
 CONFIGS = {
     "default": {},
     "no-whiten-k3-gamma0.9": dict(whiten=False, kl_estimator="k3", gamma=0.9, lam=0.8, adaptive_kl=True),
-    "2epochs-2minibatches": dict(ppo_epochs=2, minibatch_size=4, kl_estimator="k3", adaptive_kl=True, kl_target=9.0),
+    "2epochs-2minibatches": dict(
+        ppo_epochs=2, minibatch_size=4, kl_estimator="k3", adaptive_kl=True, kl_target=9.0, vf_clip_eps=0.1
+    ),
     "accum2-no-clip-no-entropy": dict(
         minibatch_size=4, grad_accum_steps=2, max_grad_norm=0.0, ent_coef=0.0, gamma=0.9, lam=0.8, whiten=False
     ),

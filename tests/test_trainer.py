@@ -113,9 +113,15 @@ def test_adamw8bit_steps_on_cpu_like_adamw(tiny_model_path, tiny_overrides, tmp_
 
     results = []
     for name in ("adamw", "adamw8bit"):
-        tr = _trainer(tiny_model_path, tmp_path, f"ppo.optimizer={name}", "train.tensorboard=false")
+        tr = _trainer(tiny_model_path, tmp_path, f"ppo.optimizer={name}", "train.tensorboard=false",
+                      "ppo.weight_decay=0.05", "ppo.value_lr=3e-3")  # fmt: skip
         if name == "adamw8bit":
             assert isinstance(tr.optimizer, bnb.optim.AdamW8bit)
+        # both optimizers get the config's weight decay, and the critic's group its own learning rate
+        assert [(g["lr"], g["weight_decay"]) for g in tr.optimizer.param_groups] == [
+            (tr.cfg.ppo.lr, 0.05),
+            (3e-3, 0.05),
+        ]
         torch.manual_seed(0)
         x = torch.randint(3, 20, (4, 12))
         for _ in range(5):
