@@ -385,24 +385,22 @@ def main() -> None:
     args = ap.parse_args()
     command = "python benchmarks/critic.py " + " ".join(sys.argv[1:])
 
-    def save_rows(rows: list[dict]) -> None:  # the README, chapter 05 and tests/test_quoted_results.py read these
+    def save(result) -> None:  # --json: the README, chapter 05 and tests/test_quoted_results.py read these files
         if args.json:
-            Path(args.json).write_text(json.dumps({"commands": [command], "rows": rows}, indent=1))
+            Path(args.json).write_text(json.dumps(result, indent=1))
+
+    def save_rows(rows: list[dict]) -> None:
+        save({"commands": [command], "rows": rows})
 
     if args.long:
         return save_rows(long_runs(args.configs or list(LONG_CONFIGS), args.seeds[0], args.steps, args.overrides))
     args.configs = args.configs or list(CONFIGS)
     if args.probe:
-        runs = [{**probe(c, args.seeds[0], args.steps, args.overrides, args.probe_batches, args.probe_epochs),
-                 "command": command} for c in args.probe]  # fmt: skip
-        if args.json:  # chapter 05's section 9 reads this
-            Path(args.json).write_text(json.dumps(runs, indent=1))
-        return
+        return save([{**probe(c, args.seeds[0], args.steps, args.overrides, args.probe_batches, args.probe_epochs),
+                      "command": command} for c in args.probe])  # fmt: skip
     if args.oracle:
         out = oracle(args.oracle, args.seeds[0], args.steps, args.overrides, args.oracle_k, args.oracle_n)
-        if args.json:  # the README quotes it (tests/test_quoted_results.py)
-            Path(args.json).write_text(json.dumps({**out, "command": command}, indent=1))
-        return
+        return save({**out, "command": command})
     for c in args.configs:
         overrides_of(c)  # a bad name fails now, not after an hour of runs
     from ppo_core.run.config import load_config
