@@ -1,6 +1,7 @@
 """ppo_core.reward_model: the last-real-token score under either padding, Bradley-Terry, normalisation, save/load."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,13 +10,16 @@ from transformers import AutoModelForSequenceClassification
 from ppo_core.reward_model import (
     RewardModel,
     bradley_terry_loss,
+    evaluate_pairs,
     last_token_index,
     pairwise_accuracy,
     sequence_scores,
 )
+from ppo_core.tasks.preferences import load_pairs
 from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET
 from ppo_core.tasks.tiny import build_char_tokenizer, build_tiny_model, save_tiny
 
+PAIRS = Path(__file__).parent / "fixtures" / "pairs.jsonl"
 TEXTS = ["Ann has 3 apples.\n3+4=7\n#### 7", "Bob?\n1", "Cat has 9 pens and gets 0 more.\n9+0=9\n#### 9 extra"]
 
 
@@ -119,3 +123,25 @@ def test_normalize_save_load_roundtrip(rm, tmp_path):
     assert (back.mean, back.std) == (stats["mean"], stats["std"]) and back.norm_info["source"] == "test"
     torch.testing.assert_close(back.score_texts(texts), scores)
     assert isinstance(AutoModelForSequenceClassification.from_pretrained(tmp_path), torch.nn.Module)
+
+
+def test_bradley_terry_stats_average_only_the_real_pairs():
+    chosen, rejected = torch.tensor([[2.0, 1.0], [0.5, 9.0]]), torch.tensor([[1.0, 3.0], [0.0, -9.0]])
+    mask = torch.tensor([[True, True], [True, False]])  # the pair (9, -9) is padding
+    _, stats = bradley_terry_loss(chosen, rejected, mask)
+    assert stats["margin"] == pytest.approx((1.0 - 2.0 + 0.5) / 3)
+    assert stats["chosen"] == pytest.approx(3.5 / 3) and stats["rejected"] == pytest.approx(4.0 / 3)
+    assert stats["accuracy"] == pytest.approx(2 / 3)
+
+
+def test_evaluate_pairs_averages_over_every_pair_whatever_the_batch_size(rm):
+    pairs = load_pairs(PAIRS)  # 6 pairs
+    r_c = rm.raw_scores([p["prompt"] + p["chosen"] for p in pairs])
+    r_r = rm.raw_scores([p["prompt"] + p["rejected"] for p in pairs])
+    margins = (r_c - r_r).tolist()
+    want_loss = sum(math.log(1 + math.exp(-m)) for m in margins) / len(pairs)  # -log sigma(m)
+    want_accuracy = sum(m > 0 for m in margins) / len(pairs)
+    for batch_size in (4, 6, 100):  # chunks of 4 + 2, one chunk, one short chunk
+        got = evaluate_pairs(rm, pairs, batch_size=batch_size)
+        assert got["loss"] == pytest.approx(want_loss, rel=1e-4)
+        assert got["accuracy"] == pytest.approx(want_accuracy)

@@ -114,3 +114,44 @@ def test_synthetic_default_path(tmp_path, capsys):
     assert summary["train_pairs"] >= 1 and summary["heldout_pairs"] >= 1
     rm = RewardModel.from_pretrained(out / "final")
     assert rm.norm_info == {"n": 16, "source": "synthetic"} and rm.std > 0
+
+
+def test_each_step_draws_its_own_batch_and_a_resumed_run_the_same_ones(monkeypatch):
+    """Step n's batch depends on (seed, n) only: the steps cover the pairs, and a resumed run repeats them."""
+    from ppo_core import reward_model
+    from ppo_core.run.rm import fit_reward_model
+
+    pairs = [{"prompt": str(i), "chosen": "a", "rejected": "b"} for i in range(8)]
+    seen = []
+
+    def spy_loss(rm, batch):  # records the batch; a zero loss with a gradient path
+        seen.append(tuple(p["prompt"] for p in batch))
+        return rm.weight.sum() * 0.0, {"loss": 0.0}
+
+    monkeypatch.setattr(reward_model, "pair_loss", spy_loss)
+    rm = torch.nn.Linear(1, 1)
+    history = fit_reward_model(rm, pairs, steps=24, batch_size=2, seed=0)
+    full = list(seen)
+    seen.clear()
+    fit_reward_model(rm, pairs, steps=24, batch_size=2, seed=0, start_step=10)
+    assert [h["step"] for h in history] == list(range(1, 25)) and all(len(b) == 2 for b in full)
+    assert len(set(full)) > 1 and set().union(*full) == {p["prompt"] for p in pairs}  # not one batch over and over
+    assert seen == full[10:]
+
+
+def test_synthetic_held_out_pairs_come_from_the_held_out_problems(monkeypatch):
+    """The synthetic path: training pairs on training problems, held-out pairs on the held-out split only."""
+    from ppo_core.run.rm import _pairs, load_rm_config
+    from ppo_core.tasks import preferences, tiny, warmstart
+    from ppo_core.tasks.synthetic import make_synthetic_task
+
+    monkeypatch.setattr(tiny, "load_tiny", lambda path: (None, None))
+    monkeypatch.setattr(warmstart, "generate_completions", lambda model, tok, records, **kw: ["y"] * len(records))
+    monkeypatch.setattr(preferences, "make_preference_pairs",
+                        lambda model, tok, records, **kw: [{"prompt": r["question"]} for r in records])  # fmt: skip
+    cfg = load_rm_config("rm_cpu", ["data.n_pairs=40", "data.eval_pairs=10", "train.normalize_samples=8"])
+    pairs, held, _ = _pairs(cfg, "unused")
+    train, test = make_synthetic_task(cfg.train.seed, n_train=1000)
+    assert [p["prompt"] for p in pairs] == [r["question"] for r in train[:40]]
+    assert [p["prompt"] for p in held] == [r["question"] for r in test[:10]]
+    assert not {p["prompt"] for p in held} & {r["question"] for r in train}
