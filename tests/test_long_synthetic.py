@@ -3,6 +3,8 @@
 import random
 import re
 
+import pytest
+
 from ppo_core.tasks.long_synthetic import demonstration, long_answer, make_long_task
 from ppo_core.tasks.rewards import gold_number, is_correct
 from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET, TEST_NAMES, TRAIN_NAMES
@@ -48,3 +50,30 @@ def test_demonstrations_start_wrong_and_then_work_correctly():
         assert gold_number(d) != gold_number(r["answer"]) or d.split("\n")[0] != r["answer"].split("\n")[0]
     assert all(demonstration(r, rng, 0.0) == r["answer"] for r in train)
     assert long_answer(3, [("+", 4), ("-", 2), ("+", 1)], "apples", "Ann").endswith("#### 6")
+
+
+def test_warm_start_long_trains_on_the_demonstrations_unchanged(tmp_path, monkeypatch):
+    """The long warm start's targets are the demonstrations: correct working from the (wrong) start, no second noise."""
+    from ppo_core.tasks import warmstart
+    from ppo_core.tasks.long_synthetic import warm_start_long
+
+    class Stop(Exception):
+        pass
+
+    targets = []
+
+    def spy_batch(tokenizer, prompts, completions):
+        targets.extend(completions)
+        raise Stop  # the first batch is enough
+
+    monkeypatch.setattr(warmstart, "sft_batch", spy_batch)
+    with pytest.raises(Stop):
+        warm_start_long(tmp_path, steps=1, batch_size=16, answer_noise=1.0, n_train=40, n_test=2, progress=False)
+    assert len(targets) == 16 and all(_chain_ok(t) for t in targets)
+
+
+def test_every_step_changes_the_total_by_one_to_nine():
+    train, test = make_long_task(0, n_train=500, n_test=100)
+    for r in train + test:
+        assert len(r["steps"]) == 3 and all(op in "+-" and 1 <= b <= 9 for op, b in r["steps"])
+        assert "gets 0" not in r["question"] and "loses 0" not in r["question"]

@@ -5,6 +5,7 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 
 from ppo_core.tasks.preferences import (
     gold_reward,
@@ -89,3 +90,24 @@ def test_missing_file_and_unreachable_hub(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     with pytest.raises(ConnectionError, match="cannot load hub data set 'someone/prefs'.*local .jsonl"):
         load_pairs("someone/prefs")
+
+
+def _head(text: str) -> str:
+    """A response without its final ``#### N`` line: what a perturbation keeps."""
+    return text.rsplit("####", 1)[0].rstrip("\n")
+
+
+def test_perturb_sets_how_many_pairs_are_edits_and_the_rest_are_two_samples():
+    from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET, make_synthetic_task
+    from ppo_core.tasks.tiny import build_char_tokenizer, build_tiny_model
+
+    torch.manual_seed(0)
+    tok = build_char_tokenizer(SYNTHETIC_ALPHABET)
+    model = build_tiny_model(tok, "llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                             intermediate_size=64)  # fmt: skip
+    train, _ = make_synthetic_task(0, n_train=40, n_test=5)
+    edits = make_preference_pairs(model, tok, train, perturb=1.0, max_new_tokens=8)
+    assert edits and all(_head(p["chosen"]) == _head(p["rejected"]) for p in edits)  # only the final number differs
+    samples = make_preference_pairs(model, tok, train, perturb=0.0, max_new_tokens=8)
+    assert len(samples) > len(train) // 2  # two samples of one prompt (different seeds) rarely coincide
+    assert sum(_head(p["chosen"]) != _head(p["rejected"]) for p in samples) > len(samples) // 2

@@ -70,3 +70,10 @@ def test_every_character_is_in_the_alphabet():
 def test_asking_for_more_problems_than_exist_fails_loudly():
     with pytest.raises(ValueError, match="distinct"):
         make_synthetic_task(0, n_train=10, n_test=20_000)
+
+
+def test_additions_and_subtractions_are_drawn_half_and_half():
+    train, test = make_synthetic_task(0)
+    for records in (train, test):
+        additions = sum("+" in r["answer"] for r in records) / len(records)
+        assert abs(additions - 0.5) < 0.05
