@@ -217,3 +217,16 @@ def test_chat_prompt_needs_a_template():
     without_template = type("NoTemplate", (), {"chat_template": None})()
     with pytest.raises(ValueError, match="style='plain'"):
         build_prompt("Q", without_template, style="chat")
+
+
+def test_datasets_offline_variable_wins_over_the_hub_one(monkeypatch):
+    """As in datasets: HF_DATASETS_OFFLINE, when set, decides; HF_HUB_OFFLINE only when it is not."""
+    rows = [{"question": "q1", "answer": "#### 1"}]
+    _fake_hub(monkeypatch, lambda path, name, split: rows, offline=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")  # datasets is online: load through it
+    assert load_gsm8k("openai/gsm8k") == rows
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # datasets is offline, but was imported online: refuse
+    with pytest.raises(ConnectionError, match="Hugging Face Hub"):
+        load_gsm8k("openai/gsm8k")

@@ -67,16 +67,30 @@ def test_cli_exit_2(tmp_path, capsys):
 
 
 def test_overoptimisation_curve_records_proxy_gold_and_kl(
-    tiny_model_path, tiny_overrides, rm_path, tmp_path, one_thread
+    tiny_model_path, tiny_overrides, rm_path, tmp_path, one_thread, monkeypatch
 ):
     from ppo_core.run.overoptimisation import CURVE_KEYS, ppo_against_reward_model
+    from ppo_core.tasks.rewards import gsm8k_reward
 
     extra = [
         o
         for o in tiny_overrides(tiny_model_path, tmp_path / "unused", 1)
         if not o.startswith(("train.output_dir", "train.steps"))
-    ]
-    run = ppo_against_reward_model(rm_path, 0.05, 2, str(tmp_path / "o"), extra, n_samples=3)
-    assert [c["step"] for c in run["curve"]] == [1, 2] and set(run["curve"][0]) == set(CURVE_KEYS)
-    assert run["curve"][0]["sqrt_kl"] >= 0 and len(run["samples"]) == 3
-    assert {"completion", "proxy", "gold"} <= set(run["samples"][0])
+    ] + ["rollout.max_new_tokens=20", "reward.gold_length_coef=0.2"]  # responses longer than the reference
+    trainers, metrics = [], []
+    init, step = PPOTrainer.__init__, PPOTrainer.step
+    monkeypatch.setattr(PPOTrainer, "__init__", lambda self, *a, **k: (trainers.append(self), init(self, *a, **k))[1])
+    monkeypatch.setattr(PPOTrainer, "step", lambda self: metrics.append(step(self)) or metrics[-1])
+    run = ppo_against_reward_model(rm_path, 0.05, 4, str(tmp_path / "o"), extra, n_samples=3)
+    assert [c["step"] for c in run["curve"]] == [1, 2, 3, 4] and set(run["curve"][0]) == set(CURVE_KEYS)
+    assert len(run["samples"]) == 3 and {"completion", "proxy", "gold"} <= set(run["samples"][0])
+    for point, m in zip(run["curve"], metrics, strict=True):  # sqrt(KL), not KL: the x axis of Gao et al.
+        assert point["sqrt_kl"] == pytest.approx(max(m["kl/to_ref"], 0.0) ** 0.5, rel=1e-6)
+        assert (point["proxy"], point["gold"]) == (m["rollout/reward_mean"], m["rollout/gold_reward"])
+    assert any(0 < m["kl/to_ref"] < 1 for m in metrics)  # where sqrt(KL) and KL differ
+    answers = {r["question"]: r["answer"] for r in trainers[0].test_records}
+    extra_chars = [len(s["completion"]) - len(answers[s["question"]]) for s in run["samples"]]
+    assert any(n > 0 for n in extra_chars)  # the length term is in play
+    for s, n in zip(run["samples"], extra_chars):  # the gold reward with the run's length coefficient
+        want = gsm8k_reward(s["completion"], answers[s["question"]]) - 0.2 * max(0, n)
+        assert s["gold"] == pytest.approx(want)

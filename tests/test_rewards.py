@@ -61,6 +61,7 @@ def test_extract_answer(text, want):
         "#### 5\n####",  # the last marker is empty: an earlier number does not rescue it
         "#### 3/4",  # fractions are rejected, not read as 3
         "#### 1,23",  # commas must group thousands
+        "#### 1234,567",  # a group of three after four digits is not thousands
         "#### 12.5.3",
         "#### 5kg",
         "#### 1e5",
@@ -78,7 +79,7 @@ def test_normalize_number(text, want):
     assert normalize_number(text) == want
 
 
-@pytest.mark.parametrize("text", ["", "72 apples", "seventy", "1,23", "#### 72"])
+@pytest.mark.parametrize("text", ["", "72 apples", "seventy", "1,23", "1234,567", "#### 72"])
 def test_normalize_number_rejects(text):
     assert normalize_number(text) is None
 

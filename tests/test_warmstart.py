@@ -179,3 +179,43 @@ def test_cosine_schedule_equals_transformers():
                 opt.step()
                 sched.step()
         assert lrs[0] == pytest.approx(lrs[1], abs=1e-12)
+
+
+def test_working_line_accuracy_compares_the_first_line():
+    records = [{"question": "q", "answer": "3+4=7\n#### 7"}] * 2
+    scores = warmstart._scores(["3+4=7\n#### 3", "3+4=7\n#### 7"], records)  # right working, one wrong final
+    assert scores == {"accuracy": 0.5, "working_line_accuracy": 1.0}
+    assert warmstart._scores(["3+4=8\n#### 7"], records[:1]) == {"accuracy": 1.0, "working_line_accuracy": 0.0}
+
+
+def test_cache_key_follows_the_held_out_split(tmp_path, monkeypatch):
+    """Editing only the held-out problems (they are scored into warmstart.json) makes a new cache folder."""
+
+    class Stop(Exception):
+        pass
+
+    keys, real_hash, real_task = [], warmstart.settings_hash, warmstart.make_synthetic_task
+
+    def spy_hash(settings):
+        keys.append(real_hash(settings))
+        raise Stop  # the folder name is known: no need to train
+
+    def edited_task(*args, **kwargs):
+        train, test = real_task(*args, **kwargs)
+        return train, test[:-1] + [{**test[-1], "answer": test[-1]["answer"] + "0"}]
+
+    monkeypatch.setattr(warmstart, "settings_hash", spy_hash)
+    for task in (real_task, edited_task):
+        monkeypatch.setattr(warmstart, "make_synthetic_task", task)
+        with pytest.raises(Stop):
+            warm_start(tmp_path, **FAST)
+    assert keys[0] != keys[1]
+
+
+def test_sampling_follows_the_temperature(tok):
+    torch.manual_seed(0)
+    model = build_tiny_model(tok, **FAST["size"])
+    records = make_synthetic_task(0, 8, 1)[0]
+    greedy = generate_completions(model, tok, records, greedy=True, max_new_tokens=6)
+    assert generate_completions(model, tok, records, temperature=1e-4, max_new_tokens=6, seed=0) == greedy
+    assert generate_completions(model, tok, records, temperature=1.0, max_new_tokens=6, seed=0) != greedy
