@@ -70,6 +70,7 @@ class StepRecord:
     schedule: list  # step 5: per epoch, the minibatches' row indices (tensors) in the order they were used
     kl_coef_used: float  # the coefficient of step 3
     kl_for_controller: float  # step 6: sum over response tokens of k1, mean over sequences
+    updates: int  # step 5: minibatch updates tried, the critic's extra passes (ppo.value_epochs) included
 
 
 class PPOTrainer:
@@ -215,9 +216,11 @@ class PPOTrainer:
         warmup = self.critic and self.step_count < p.value_warmup_steps  # this is step step_count + 1
         self.actor.train()
         stats, schedule = self.value_warmup(ro, returns) if warmup else self.update(ro, advantages, returns)
+        updates = sum(map(len, schedule))
         extra = (p.value_epochs or p.ppo_epochs) - p.ppo_epochs if self.critic and not warmup else 0
         if extra > 0:  # ppo.value_epochs: more passes for the critic alone, after the policy's
-            value_stats, _ = self.value_warmup(ro, returns, extra)
+            value_stats, value_schedule = self.value_warmup(ro, returns, extra)
+            updates += sum(map(len, value_schedule))
             stats["value/extra_loss"] = value_stats["value/loss"]
             stats["train/skipped"] += value_stats["train/skipped"]
         # 6. KL control: the sequence-level KL to the reference (k1, summed over tokens, mean over sequences)
@@ -225,7 +228,9 @@ class PPOTrainer:
         kl_to_ref = masked_mean(k1, ro.mask, dim=1).mul(ro.mask.sum(1)).mean().item()
         if not warmup:  # the policy did not move: nothing for the controller to react to
             self.kl_ctl.update(kl_to_ref, ro.input_ids.shape[0])
-        self.last_step = StepRecord(kl, rewards, advantages_raw, advantages, returns, schedule, kl_coef, kl_to_ref)
+        self.last_step = StepRecord(
+            kl, rewards, advantages_raw, advantages, returns, schedule, kl_coef, kl_to_ref, updates
+        )
         self.times["time/update"] = time.perf_counter() - t0
         # learn also runs on a rollout that collect did not time (tests, a rollout built by hand)
         self.times["time/step"] = sum(self.times.get(k, 0.0) for k in ("time/rollout", "time/score", "time/update"))

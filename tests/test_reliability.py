@@ -378,6 +378,17 @@ def test_nan_gradient_update_is_skipped(tiny_model_path, tmp_path):
     assert torch.equal(_params(tr), before)
 
 
+def test_nan_gradients_stop_the_run_when_the_critic_has_extra_value_epochs(tiny_model_path, tmp_path):
+    """ppo.value_epochs=3: 2 policy epochs then 1 critic-only epoch, 6 updates in all; a NaN gradient skips all 6,
+    so the step counts towards train.max_skipped_steps like any step whose every update was skipped."""
+    tr = _trainer(tiny_model_path, tmp_path, "ppo.value_epochs=3", "train.max_skipped_steps=1")
+    hook = tr.actor.value_head.weight.register_hook(lambda g: g * float("nan"))
+    with pytest.warns(UserWarning, match="update skipped"):
+        with pytest.raises(NonFiniteError, match=r"steps 1-1: every update was skipped \(non-finite gradient"):
+            tr.step()
+    hook.remove()
+
+
 def test_nan_rollout_stops_before_the_update(tiny_model_path, tmp_path, monkeypatch):
     import ppo_core.trainer as trainer
 

@@ -128,6 +128,6 @@ def record_step(trainer, records: list[dict], ro, metrics: dict) -> dict:
         trainer.logger.log_samples(n, questions, ro.completions, ro.scores.tolist())
     trainer.logger.log(n, metrics)
     guards.check_parameters(trainer.actor, n, trainer.out)
-    all_skipped = metrics["train/skipped"] == sum(map(len, trainer.last_step.schedule))
+    all_skipped = metrics["train/skipped"] == trainer.last_step.updates  # the critic's extra passes too
     trainer.skips.end_step(all_skipped, n, trainer.out)
     return metrics
