@@ -48,6 +48,7 @@ def test_yaml_file(tmp_path):
         ("train.eval_samples=0", "train.eval_samples must be >= 1"),
         ("ppo.max_grad_norm=-1", "ppo.max_grad_norm must be >= 0"),
         ("train.max_skipped_steps=-1", "train.max_skipped_steps must be >= 0"),
+        ("train.keep_last=0", "train.keep_last must be >= 1"),  # 0 would prune nothing (steps[:-0])
     ],
 )
 def test_bad_config_is_one_clear_line(override, message):

@@ -536,3 +536,58 @@ def test_keep_last_prunes_older_checkpoints(reference_run):
         "step_2",
         "step_3",
     ]
+
+
+def test_prune_keeps_the_newest_steps_by_number_not_by_name(tmp_path):
+    """step_10 is newer than step_5 though it sorts before it as text: keep_last=2 keeps step_10 and step_20."""
+    from ppo_core.run.checkpoint import prune
+
+    for name in ("step_5", "step_10", "step_20", "final"):
+        (tmp_path / name).mkdir()
+    prune(tmp_path, keep_last=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final", "step_10", "step_20"]
+
+
+def test_resume_warns_about_another_seed_but_not_about_more_steps():
+    """A resume that changes train.seed leaves the trajectory (prompts, sampling): it is named; train.steps,
+    save_every and output_dir may change freely."""
+    from dataclasses import asdict
+
+    from ppo_core.run.checkpoint import config_changes
+
+    saved = asdict(load_config("cpu"))
+    now = asdict(load_config("cpu", ["train.seed=1", "train.steps=80", "train.save_every=5", "train.output_dir=x"]))
+    assert config_changes(saved, now) == ["train.seed (0 -> 1)"]
+
+
+def test_a_step_with_only_some_updates_skipped_does_not_count_towards_the_stop(tiny_model_path, tmp_path, monkeypatch):
+    """train.max_skipped_steps counts steps whose *every* update was skipped: one NaN minibatch out of four is not."""
+    import ppo_core.update as update
+
+    tr = _trainer(tiny_model_path, tmp_path, "train.max_skipped_steps=1")
+    real, poisoned = update.policy_loss, set()
+
+    def first_minibatch_nan(*args, **kwargs):
+        loss, stats = real(*args, **kwargs)
+        if tr.step_count in poisoned:
+            return loss, stats
+        poisoned.add(tr.step_count)  # the first minibatch update of each step
+        return loss * float("nan"), stats
+
+    monkeypatch.setattr(update, "policy_loss", first_minibatch_nan)
+    with pytest.warns(UserWarning, match="update skipped"):
+        assert [tr.step()["train/skipped"] for _ in range(2)] == [1.0, 1.0]  # no NonFiniteError
+
+
+def test_evaluate_scores_a_checkpoint_with_its_runs_own_config(reference_run):
+    """``python -m ppo_core.evaluate RUN/final`` reads RUN/effective_config.yaml: the run's 8 held-out problems and
+    its settings, so it repeats the run's own final evaluation."""
+    from ppo_core.run.evaluation import evaluate_checkpoint
+
+    got = evaluate_checkpoint(str(reference_run / "final"))
+    summary = json.loads((reference_run / "summary.json").read_text())
+    assert got == {
+        "sampled_accuracy": summary["after/sampled_accuracy"],
+        "greedy_accuracy": summary["after/greedy_accuracy"],
+        "n": 8,
+    }
