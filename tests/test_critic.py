@@ -309,3 +309,26 @@ def test_critic_benchmark_pools_explained_variance_by_success_band():
     assert got["[0.5, 0.8)"][0] == 0
     assert got["[0.8, 0.9)"] == (1, pytest.approx(0.3))
     assert got["[0.9, 1.0]"] == (2, pytest.approx(-0.1))
+
+
+def test_last_mean_leaves_out_warmup_steps_inside_the_window():
+    recs = [{"step": 1, "x": 100.0, "value/warmup": 1.0}, {"step": 2, "x": 1.0}, {"step": 3, "x": 3.0}]
+    assert last_mean(recs, "x") == pytest.approx(2.0)
+
+
+def test_monte_carlo_continuations_stop_at_the_response_limit(tiny_model_path, tmp_path):
+    """The continuation of a prefix of t tokens gets at most T - t tokens: every scored text fits in T."""
+    from ppo_core.rollout import monte_carlo_values, sample
+
+    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path, 1))
+    records = tr.test_records[:3]
+    torch.manual_seed(0)
+    ro = sample(tr.actor.lm, tr.tokenizer, tr.prompts(records), 5, 1.0)
+    T, lengths = ro.mask.shape[1], []
+
+    def length(b, text):
+        lengths.append(len(tr.tokenizer(text, add_special_tokens=False)["input_ids"]))
+        return 0.0
+
+    monte_carlo_values(tr.actor.lm, tr.tokenizer, tr.prompts(records), ro, length, k=2)
+    assert lengths and max(lengths) <= T

@@ -230,3 +230,12 @@ def test_datasets_offline_variable_wins_over_the_hub_one(monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # datasets is offline, but was imported online: refuse
     with pytest.raises(ConnectionError, match="Hugging Face Hub"):
         load_gsm8k("openai/gsm8k")
+
+
+@pytest.mark.parametrize("value, offline", [("1", True), ("true", True), ("Yes", True), ("ON", True), ("0", False),
+                                            ("false", False)])  # fmt: skip
+def test_hub_offline_reads_the_usual_true_strings_in_any_case(value, offline, monkeypatch):
+    from ppo_core.utils import hub_offline
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", value)
+    assert hub_offline() is offline

@@ -3,6 +3,8 @@
 Failure paths (bad input, NaN, signals, kill -9, resume, determinism, pruning) are in test_reliability.py.
 """
 
+import os
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -207,3 +209,65 @@ def test_fast_paths_give_the_readable_paths_numbers(tiny_model_path, tmp_path, m
         torch.testing.assert_close(getattr(fast, name), getattr(plain, name), atol=1e-5, rtol=1e-4, msg=name)
     for key in ("policy/loss", "value/loss", "policy/approx_kl", "train/grad_norm"):
         assert m_fast[key] == pytest.approx(m_plain[key], rel=1e-3, abs=1e-5), key
+
+
+def test_eval_every_evaluates_between_steps_and_the_last_step_once(tiny_model_path, tiny_overrides, tmp_path):
+    """train.eval_every=1 over 2 steps: before (step 0), sampled after step 1, and after (step 2) once, not twice."""
+    out = tmp_path / "run"
+    overrides = tiny_overrides(tiny_model_path, out, 2, "train.eval_every=1", "train.save_every=0")
+    assert main([*overrides, "train.tensorboard=false"]) == 0
+    evals = [
+        (r["step"], sorted(k for k in r if k != "step")) for r in read_metrics(out) if "rollout/reward_mean" not in r
+    ]
+    both = ["eval/greedy_accuracy", "eval/sampled_accuracy"]
+    assert evals == [(0, both), (1, ["eval/sampled_accuracy"]), (2, both)]
+
+
+def test_response_length_and_eos_rate_are_per_response_means(tiny_model_path, tiny_overrides, tmp_path, monkeypatch):
+    """rollout/response_length: the mean number of counted response tokens per response (EOS included);
+    rollout/eos_rate: the share of responses that ended on EOS. Rows 0-2 and 4-6 are made to end on EOS after
+    1, 2, 3 tokens, rows 3 and 7 run to the 8-token limit: lengths 1, 2, 3, 8 twice, mean 3.5; EOS rate 6/8."""
+    import ppo_core.trainer as trainer
+
+    real_sample = trainer.sample
+
+    def ending_early(*args, **kwargs):
+        ro = real_sample(*args, **kwargs)
+        with torch.inference_mode():
+            for b in range(ro.mask.shape[0]):
+                n = b % 4 + 1
+                if n < 4:
+                    ro.response_ids[b, n - 1] = eos
+                    ro.mask[b, n:] = False
+                    ro.attention_mask[b, ro.prompt_len + n :] = 0
+        return ro
+
+    monkeypatch.setattr(trainer, "sample", ending_early)
+    tr = PPOTrainer(load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "run", 1)))
+    eos = tr.tokenizer.eos_token_id
+    m = tr.step()
+    assert m["rollout/response_length"] == pytest.approx(3.5)
+    assert m["rollout/eos_rate"] == pytest.approx(0.75)
+
+
+def test_the_cli_keeps_an_openmp_wait_policy_the_user_chose(monkeypatch):
+    from ppo_core.run import cli
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    cli._passive_openmp()
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    cli._passive_openmp()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_bf16_compute_keeps_float32_policy_weights_and_stores_the_reference_in_bf16(tiny_model_path):
+    """model.dtype=bfloat16 is the compute dtype: the trained weights stay float32 (master copy), the frozen
+    reference, never updated, is stored in bf16 (half the memory)."""
+    from ppo_core.run.setup import load_models
+
+    cfg = load_config("cpu", [f"model.name_or_path={tiny_model_path}", "model.dtype=bfloat16"])
+    actor, ref, _, _ = load_models(cfg, torch.device("cpu"))
+    assert actor.compute_dtype == torch.bfloat16
+    assert {p.dtype for p in actor.parameters()} == {torch.float32}
+    assert {p.dtype for p in ref.parameters()} == {torch.bfloat16}
