@@ -219,3 +219,26 @@ def test_apply_lora_warns_nothing(tiny_model_path):
         warnings.simplefilter("error")
         apply_lora(actor, LoraConfig(r=4, alpha=8))
     assert any("lora_" in n for n, _ in actor.named_parameters())
+
+
+def _adapted(actor) -> dict:
+    """{module name: LoRA layer} of the layers that carry an adapter."""
+    return {name: m for name, m in actor.lm.named_modules() if hasattr(m, "lora_A")}
+
+
+def test_comma_separated_target_modules_may_hold_spaces(tiny_model_path):
+    actor = ActorWithValueHead.from_pretrained(tiny_model_path)
+    apply_lora(actor, LoraConfig(r=2, target_modules="q_proj, v_proj"))
+    assert {name.rsplit(".", 1)[-1] for name in _adapted(actor)} == {"q_proj", "v_proj"}
+
+
+def test_an_adapter_adds_alpha_over_r_times_b_a_x(tiny_model_path):
+    """The adapted layer computes W x + (alpha / r) B A x: alpha = 8, r = 4 scale B A x by 2."""
+    actor = ActorWithValueHead.from_pretrained(tiny_model_path)
+    apply_lora(actor, LoraConfig(r=4, alpha=8.0, target_modules="q_proj"))
+    layer = next(iter(_adapted(actor).values()))
+    A, B = layer.lora_A["default"].weight, layer.lora_B["default"].weight  # (r, in), (out, r)
+    x = torch.randn(3, A.shape[1], generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        B.normal_()  # B starts at 0; any B shows the scale
+        torch.testing.assert_close(layer(x), layer.base_layer(x) + 2.0 * x @ (B @ A).T)

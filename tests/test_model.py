@@ -149,3 +149,13 @@ def test_activation_checkpointing_keeps_the_single_call(monkeypatch):
     logits, _ = actor(ids, attn, keep=slice(3, 7))
     with torch.no_grad():
         torch.testing.assert_close(logits, actor(ids, attn, keep=slice(3, 7))[0])
+
+
+def test_loading_weights_refuses_a_tensor_the_model_has_no_place_for(tmp_path):
+    """A checkpoint of another architecture (here a second layer) is refused by name, not half loaded."""
+    from ppo_core.run.precision import load_weights_
+
+    _gpt2().save_pretrained(tmp_path)  # two layers
+    one_layer = AutoModelForCausalLM.from_config(GPT2Config(vocab_size=40, n_embd=32, n_layer=1, n_head=2))
+    with pytest.raises(ValueError, match=r"tensor 'transformer.h.1.* has no place in the model"):
+        load_weights_(one_layer, tmp_path)

@@ -169,3 +169,16 @@ def test_a_long_prompt_loses_its_start_and_keeps_its_end(tiny_model_path):
     assert tok.decode(ids[0]).endswith("How many?\n")
     n_short = len(tok(short, add_special_tokens=True)["input_ids"])
     assert attn[1].tolist() == [0] * (limit - n_short) + [1] * n_short  # left padding
+
+
+def test_bf16_compute_on_float32_weights_keeps_no_cache(tiny_model_path):
+    """Under bf16 autocast the multiplies run in bf16 though the weights are float32: no cache either."""
+    from ppo_core.run.precision import compute_dtype
+
+    lm, tok = _load(tiny_model_path)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert compute_dtype(lm) == torch.bfloat16
+    assert compute_dtype(lm) == torch.float32
+    cache = PromptCache()
+    sample(lm, tok, PROMPTS, max_new_tokens=4, temperature=1.0, prompt_cache=cache, dtype=torch.bfloat16)
+    assert not cache.complete and not cache.chunks
