@@ -64,6 +64,10 @@ def in_bf16(logits, response_ids, prompt_len, temperature=1.0):
     return _gather(torch.log_softmax(aligned / temperature, -1), response_ids)
 
 
+def cast_back_to_bf16(logits, response_ids, prompt_len, temperature=1.0):
+    return correct_logprobs(logits, response_ids, prompt_len, temperature).to(logits.dtype)  # float32 math, bf16 out
+
+
 def not_implemented(*args, **kwargs):
     raise NotImplementedError("fill in the exercise")
 
@@ -89,6 +93,7 @@ def test_logprobs_checker_prints_a_pass_line(capsys):
         (wrong_dim_softmax, r"over the positions \(log_softmax over dim=1\)"),
         (index_not_gather, r"indexed with the ids directly"),
         (in_bf16, r"in bfloat16"),
+        (cast_back_to_bf16, r"cast the logprobs back to bfloat16"),
     ],
 )
 def test_logprobs_checker_names_the_mistake(wrong, named):
@@ -141,6 +146,10 @@ def entropy_mean_not_sum(logits, temperature=1.0):
     return -(logp.exp() * logp).mean(-1)
 
 
+def entropy_no_weights(logits, temperature=1.0):
+    return -torch.log_softmax(logits.float() / temperature, -1).sum(-1)  # sum of -log p, no p in front
+
+
 def entropy_not_reduced(logits, temperature=1.0):
     logp = torch.log_softmax(logits.float() / temperature, -1)
     return -(logp.exp() * logp)  # (B, T, V)
@@ -172,6 +181,7 @@ def test_entropy_checker_passes_torch_distributions():
         (entropy_argmax_surprisal, r"most likely token"),
         (entropy_log_of_softmax, r"NaN.*0 \* \(-inf\)"),
         (entropy_mean_not_sum, r"averaged -p log p"),
+        (entropy_no_weights, r"forgot the probability weights"),
         (entropy_not_reduced, r"forgot to sum -p log p over the vocabulary"),
         (entropy_in_bf16, r"in bfloat16"),
     ],

@@ -22,6 +22,7 @@ def _gae(
     *,
     forwards=False,
     delta_gamma=True,
+    rec_gamma=True,
     use_lam=True,
     mask_next=True,
     roll=False,
@@ -45,7 +46,7 @@ def _gae(
     advantages = torch.zeros_like(rewards)
     last = torch.zeros(B, dtype=rewards.dtype)
     for t in range(T) if forwards else reversed(range(T)):
-        last = (deltas[:, t] + gamma * (lam if use_lam else 1.0) * last) * keep[:, t]
+        last = (deltas[:, t] + (gamma if rec_gamma else 1.0) * (lam if use_lam else 1.0) * last) * keep[:, t]
         advantages[:, t] = last
     if whiten:
         advantages = masked_whiten(advantages, mask)
@@ -53,6 +54,8 @@ def _gae(
         returns = (advantages + values) * (m if mask_returns else 1.0)
     elif returns_kind == "a":
         returns = advantages
+    elif returns_kind == "a-v":
+        returns = (advantages - values) * m
     else:  # rewards-to-go
         returns = torch.zeros_like(rewards)
         carry = torch.zeros(B, dtype=rewards.dtype)
@@ -80,12 +83,14 @@ def test_compute_gae_checker_passes_package_and_learner_solution():
         (dict(forwards=True), "recursion forwards"),
         (dict(delta_gamma=False), "forgot gamma in the TD error"),
         (dict(use_lam=False), "forgot lam"),
+        (dict(rec_gamma=False), "forgot gamma in the recursion"),
         (dict(mask_next=False), "bootstrapped the last response token from the value at the next position"),
         (dict(roll=True), "torch.roll"),
         (dict(use_mask=False), "forgot the mask altogether"),
         (dict(whiten=True), "whitened the advantages inside compute_gae"),
         (dict(returns_kind="rtg"), "returns as the rewards-to-go"),
         (dict(returns_kind="a"), "returned the advantages as the returns"),
+        (dict(returns_kind="a-v"), r"computed returns = advantages - values"),
         (dict(reset_carry=False), "let the padding leak into the recursion"),
         (dict(mask_returns=False), "returns are right on the response tokens but not 0 on padding"),
     ],
@@ -113,6 +118,15 @@ def test_compute_gae_checker_other_failures():
         checks.check_compute_gae(only_advantages, verbose=False)
     with pytest.raises(CheckFailure, match="NaN"):
         checks.check_compute_gae(nan_for_large, verbose=False)
+
+
+def test_compute_gae_checker_rejects_float32_output_for_float64_input():
+    def always_float32(rewards, values, mask, gamma=1.0, lam=0.95):
+        advantages, returns = compute_gae(rewards.float(), values.float(), mask, gamma, lam)
+        return advantages, returns
+
+    with pytest.raises(CheckFailure, match="came back as torch.float32 for float64 inputs"):
+        checks.check_compute_gae(always_float32, verbose=False)
 
 
 def test_compute_gae_checker_stub():
@@ -263,3 +277,13 @@ def test_kl_penalty_checker_other_failures():
         checks.check_kl_penalty(float32_always, verbose=False)
     with pytest.raises(NotImplementedYet):
         checks.check_kl_penalty(stub, verbose=False)
+
+
+def test_kl_penalty_checker_rejects_k3_computed_in_float32_for_float64_inputs():
+    """Right dtype on the way out, but float32 inside: k3 of a 1e-6 log-ratio (about 5e-13) loses its digits."""
+
+    def float32_inside(logprobs, ref_logprobs, estimator="k1"):
+        return kl_penalty(logprobs.float(), ref_logprobs.float(), estimator).to(logprobs.dtype)
+
+    with pytest.raises(CheckFailure, match="k3 for log-ratios of 1e-6"):
+        checks.check_kl_penalty(float32_inside, verbose=False)

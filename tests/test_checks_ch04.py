@@ -113,6 +113,21 @@ def pl_detached(logprobs, old_logprobs, advantages, mask, clip_eps=0.2):
     return policy_loss(logprobs.detach(), old_logprobs, advantages, mask, clip_eps)
 
 
+def pl_per_sequence_mean(logprobs, old_logprobs, advantages, mask, clip_eps=0.2):
+    _, stats = policy_loss(logprobs, old_logprobs, advantages, mask, clip_eps)
+    ratio = torch.exp(logprobs - old_logprobs)
+    per_token = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1 - clip_eps, 1 + clip_eps))
+    per_row = (per_token * mask).sum(dim=1) / mask.sum(dim=1)  # each sequence's mean, then the mean of those
+    return per_row.mean(), stats
+
+
+def pl_ratio_mean_clipped(logprobs, old_logprobs, advantages, mask, clip_eps=0.2):
+    loss, stats = policy_loss(logprobs, old_logprobs, advantages, mask, clip_eps)
+    ratio = torch.exp(logprobs - old_logprobs).detach()
+    stats["ratio_mean"] = masked_mean(ratio.clamp(1 - clip_eps, 1 + clip_eps), mask).item()
+    return loss, stats
+
+
 @pytest.mark.parametrize(
     "wrong, match",
     [
@@ -127,6 +142,8 @@ def pl_detached(logprobs, old_logprobs, advantages, mask, clip_eps=0.2):
         (pl_clipfrac_abs, r"clipfrac.*\|ratio - 1\| > eps"),
         (pl_approx_kl_k1, r"approx_kl.*used k1"),
         (pl_detached, "does not depend on logprobs"),
+        (pl_per_sequence_mean, "averaged over each sequence first"),
+        (pl_ratio_mean_clipped, r"ratio_mean.*mean of the clipped ratio"),
     ],
 )
 def test_policy_checker_names_the_mistake(wrong, match):
@@ -188,6 +205,14 @@ def vl_missing_stats(values, old_values, returns, mask, clip_eps=0.2):
     return value_loss(values, old_values, returns, mask, clip_eps)[0], {}
 
 
+def vl_only_clipped(values, old_values, returns, mask, clip_eps=0.2):
+    return _vl(values, old_values, returns, mask, clip_eps, reduce=lambda err, err_c: err_c)
+
+
+def vl_detached(values, old_values, returns, mask, clip_eps=0.2):
+    return value_loss(values.detach(), old_values, returns, mask, clip_eps)
+
+
 @pytest.mark.parametrize(
     "wrong, match",
     [
@@ -199,6 +224,8 @@ def vl_missing_stats(values, old_values, returns, mask, clip_eps=0.2):
         (vl_clipped_to_eps, r"clipped V to \[-eps, eps\]"),
         (vl_clipfrac_abs, r"clipfrac.*\|V - V_old\| > eps"),
         (vl_missing_stats, "lacks"),
+        (vl_only_clipped, "used only the clipped squared error"),
+        (vl_detached, "does not depend on values"),
     ],
 )
 def test_value_checker_names_the_mistake(wrong, match):
@@ -239,6 +266,12 @@ def el_entropy_stat_is_loss(logits, mask, temperature=1.0):
     return loss, {"entropy": loss.item()}
 
 
+def el_summed(logits, mask, temperature=1.0):
+    _, stats = entropy_loss(logits, mask, temperature)
+    H = entropy_from_logits(logits, temperature)  # (B, T)
+    return -(H * mask).sum(), stats
+
+
 @pytest.mark.parametrize(
     "wrong, match",
     [
@@ -248,6 +281,7 @@ def el_entropy_stat_is_loss(logits, mask, temperature=1.0):
         (el_no_mask, "forgot the mask"),
         (el_unstable, "NaN or inf"),
         (el_entropy_stat_is_loss, r"entropy.*reported the loss"),
+        (el_summed, "summed the entropy over tokens"),
     ],
 )
 def test_entropy_checker_names_the_mistake(wrong, match):

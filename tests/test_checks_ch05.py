@@ -51,7 +51,8 @@ def learner_update(
         if bug == "old_logprobs":
             logprobs = part["old_logprobs"]
         pg, pg_stats = policy_loss(logprobs, part["old_logprobs"], part["advantages"], part["mask"], clip_eps)
-        vf, vf_stats = value_loss(values, part["old_values"], part["returns"], part["mask"], vf_clip_eps)
+        vf_eps = clip_eps if bug == "vf_clip_is_clip_eps" else vf_clip_eps
+        vf, vf_stats = value_loss(values, part["old_values"], part["returns"], part["mask"], vf_eps)
         ent, ent_stats = entropy_loss(logits, part["mask"], t)
         if bug == "entropy_sign":
             loss = pg + vf_coef * vf - ent_coef * ent
@@ -75,7 +76,7 @@ def learner_update(
             "policy/entropy": ent_stats["entropy"],
         }
         for k, v in stats.items():
-            totals[k] = totals.get(k, 0.0) + v / grad_accum_steps
+            totals[k] = totals.get(k, 0.0) + (v if bug == "summed_stats" else v / grad_accum_steps)
     if bug != "step_per_micro":
         grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), max_grad_norm)
         if bug == "norm_after_clip":
@@ -149,6 +150,8 @@ def test_stub_is_not_implemented():
         ("no_vf_coef", "forgot vf_coef"),
         ("no_accum_divide", "did not divide the loss by grad_accum_steps"),
         ("norm_after_clip", "gradient norm after clipping"),
+        ("vf_clip_is_clip_eps", "clipped the values with clip_eps instead of vf_clip_eps"),
+        ("summed_stats", "summed the stats over the micro-batches"),
         ("step_per_micro", "stepped once per micro-batch"),
         ("tensor_stats", "plain Python float"),
         ("ignore_ratio_tol", "ignored ratio_tol"),

@@ -55,6 +55,11 @@ def log_of_sigmoid(cv, cm, rv, rm):
     return -torch.log(torch.sigmoid(rc - rr)).mean(), _stats(rc, rr)
 
 
+def accuracy_reversed(cv, cm, rv, rm):
+    rc, rr = _last(cv, cm), _last(rv, rm)
+    return -F.logsigmoid(rc - rr).mean(), {**_stats(rc, rr), "accuracy": (rr > rc).float().mean().item()}
+
+
 def detached(cv, cm, rv, rm):
     rc, rr = _last(cv, cm).detach(), _last(rv, rm)
     return -F.logsigmoid(rc - rr).mean(), _stats(rc, rr)
@@ -69,6 +74,7 @@ def detached(cv, cm, rv, rm):
         (no_pair_structure, "ignored the pair structure"),
         (log_of_sigmoid, "use F.logsigmoid"),
         (detached, "no gradient"),
+        (accuracy_reversed, r"accuracy.*counted r_rejected > r_chosen as right"),
     ],
 )
 def test_wrong_version_names_the_mistake(wrong, message):
