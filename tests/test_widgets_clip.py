@@ -104,3 +104,28 @@ def test_clip_widget_shows_live_widget_with_fallback(monkeypatch):
     assert clip_widget() is None
     ((widget, html),) = shown
     assert widget.children[0].description == "clip_eps" and html == "<div>frames</div>"
+
+
+@pytest.mark.parametrize("clip_eps", [0.15, 0.35])
+def test_dotted_edges_and_titles_sit_at_one_plus_minus_eps(clip_eps):
+    fig = clip_figure(clip_eps)
+    for ax, advantage in zip(fig.axes, (1.0, -1.0)):
+        edges = sorted(line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":")
+        assert edges == pytest.approx([1 - clip_eps, 1 + clip_eps])
+        edge = 1 + clip_eps if advantage > 0 else 1 - clip_eps
+        assert ax.get_title().endswith(f"= {edge:.2f}")
+
+
+def test_live_clip_widget_redraws_at_the_slider_value(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, *a, **k: shown.append(obj))
+    slider = clip_widget(show=False).children[0]
+    slider.value = 0.35
+    fig = shown[-1]
+    assert fig._suptitle.get_text().endswith("clip_eps = 0.35")
+    for ax, advantage in zip(fig.axes, (1.0, -1.0)):
+        curve = next(line for line in ax.get_lines() if line.get_label() == "min(r·A, clip(r)·A)")
+        x = torch.as_tensor(curve.get_xdata(), dtype=torch.float64)
+        torch.testing.assert_close(
+            torch.as_tensor(curve.get_ydata(), dtype=torch.float64), clipped_objective(x, advantage, 0.35)
+        )

@@ -1,6 +1,7 @@
 """Tests for the chapter 03 widget: the picture shows compute_gae's numbers, and the kernel-free
 fallback has one distinct frame per (lam, gamma)."""
 
+import base64
 import json
 import re
 
@@ -92,3 +93,40 @@ def test_widget_displays_live_view_and_fallback(monkeypatch, fallback_html):
     assert gae_widget() is None
     (bundle,) = [b for b in shown if isinstance(b, dict)]
     assert "application/vnd.jupyter.widget-view+json" in bundle and bundle["text/html"] == fallback_html
+
+
+def test_fallback_frame_is_the_picture_of_its_slider_values(fallback_html):
+    """Frame "i,j" is the plot at lam = FALLBACK_GRID["lam"][i], gamma = FALLBACK_GRID["gamma"][j] (not swapped)."""
+    frames = _frames(fallback_html)
+    for i, j in [(3, 1), (10, 0)]:
+        lam, gamma = FALLBACK_GRID["lam"][i], FALLBACK_GRID["gamma"][j]
+        png = gae_module._GaePlot().png(lam, gamma, dpi=80)
+        assert frames[f"{i},{j}"] == "data:image/png;base64," + base64.b64encode(png).decode(), (lam, gamma)
+
+
+def test_fallback_opens_on_the_live_widgets_values(fallback_html):
+    """The static page starts at lam = 0.95, gamma = 1.0 (the live sliders' defaults): image, labels and thumbs."""
+    i, j = FALLBACK_GRID["lam"].index(0.95), FALLBACK_GRID["gamma"].index(1.0)
+    shown = re.search(r'<img class="ppo-frame" src="([^"]*)"', fallback_html).group(1)
+    assert shown == _frames(fallback_html)[f"{i},{j}"]
+    assert re.findall(r'<span class="ppo-val">([^<]*)</span>', fallback_html) == ["0.95", "1.0"]
+    assert re.findall(r'step="1" value="(\d+)"', fallback_html) == [str(i), str(j)]
+
+
+def test_figure_labels_say_lam_gamma_and_first_advantage():
+    lam, gamma = 0.3, 0.85
+    fig = gae_figure(lam, gamma)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "λ = 0.30   γ = 0.85" in texts
+    ex = gae_example()
+    advantages, returns = compute_gae(ex["rewards"], ex["values"], ex["mask"], gamma=gamma, lam=lam)
+    assert f"A₀ = {advantages[0, 0]:+.3f}    returns₀ = {returns[0, 0]:.3f}" in texts
+
+
+def test_live_widget_draws_the_slider_values(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, *a, **k: shown.append(obj))
+    box = gae_widget(show=False)
+    lam, gamma = box.children[0].children
+    lam.value, gamma.value = 0.3, 0.85
+    assert shown[-1].data == gae_module._GaePlot().png(0.3, 0.85, dpi=80)
