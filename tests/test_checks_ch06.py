@@ -60,6 +60,16 @@ def accuracy_reversed(cv, cm, rv, rm):
     return -F.logsigmoid(rc - rr).mean(), {**_stats(rc, rr), "accuracy": (rr > rc).float().mean().item()}
 
 
+def margin_reversed(cv, cm, rv, rm):
+    rc, rr = _last(cv, cm), _last(rv, rm)
+    return -F.logsigmoid(rc - rr).mean(), {**_stats(rc, rr), "margin": (rr - rc).mean().item()}
+
+
+def margin_summed(cv, cm, rv, rm):
+    rc, rr = _last(cv, cm), _last(rv, rm)
+    return -F.logsigmoid(rc - rr).mean(), {**_stats(rc, rr), "margin": (rc - rr).sum().item()}
+
+
 def detached(cv, cm, rv, rm):
     rc, rr = _last(cv, cm).detach(), _last(rv, rm)
     return -F.logsigmoid(rc - rr).mean(), _stats(rc, rr)
@@ -75,6 +85,8 @@ def detached(cv, cm, rv, rm):
         (log_of_sigmoid, "use F.logsigmoid"),
         (detached, "no gradient"),
         (accuracy_reversed, r"accuracy.*counted r_rejected > r_chosen as right"),
+        (margin_reversed, r"stats\['margin'\].*took r_rejected - r_chosen"),
+        (margin_summed, r"stats\['margin'\].*summed the margins over the pairs"),
     ],
 )
 def test_wrong_version_names_the_mistake(wrong, message):

@@ -80,6 +80,12 @@ def check_pairwise_loss(fn):
         expect_close(loss, want, what="the pairwise loss", mistakes=_mistakes(cv, cm, rv, rm), case=case)
         expect_close(stats["accuracy"], want_stats["accuracy"], what="stats['accuracy']", case=case,
                      mistakes={"counted r_rejected > r_chosen as right": 1 - want_stats["accuracy"]})  # fmt: skip
+        margin = want_stats["margin"]
+        margin_mistakes = {
+            "took r_rejected - r_chosen": -margin,
+            "summed the margins over the pairs instead of averaging": cv.shape[0] * margin,
+        }
+        expect_close(stats["margin"], margin, what="stats['margin']", mistakes=margin_mistakes, case=case)
         if not loss.requires_grad:
             raise CheckFailure(f"the loss has no gradient: did you detach the scores or use .item()? Case: {case}")
         (grad,) = torch.autograd.grad(loss, cv_)
