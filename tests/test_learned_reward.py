@@ -94,3 +94,18 @@ def test_overoptimisation_curve_records_proxy_gold_and_kl(
     for s, n in zip(run["samples"], extra_chars):  # the gold reward with the run's length coefficient
         want = gsm8k_reward(s["completion"], answers[s["question"]]) - 0.2 * max(0, n)
         assert s["gold"] == pytest.approx(want)
+
+
+def test_reward_model_metrics_are_means_of_the_rule_and_the_gold_reward(tiny_model_path, tiny_overrides, rm_path,
+                                                                        tmp_path):  # fmt: skip
+    """Three responses to "2+3" (answer 12 characters long), reward.gold_length_coef=0.2: the rule gives 1.0
+    (right), 0.1 (a #### number, wrong) and 0.0 (none), mean 1.1 / 3; the gold reward subtracts 0.2 per
+    character beyond the answer's length: 1.0, 0.1 - 0.2 * (28 - 12) = -3.1 and 0.0, mean -0.7."""
+    cfg = load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "run", 1, "reward.type=model",
+                                            f"reward.path={rm_path}", "reward.gold_length_coef=0.2"))  # fmt: skip
+    trainer = PPOTrainer(cfg)
+    records = [{"question": "What is 2+3?", "answer": "2+3=5\n#### 5"}] * 3
+    completions = ["2+3=5\n#### 5", "I think that 2+3 is 6\n#### 6", "five"]
+    m = trainer.reward_model_metrics(records, completions)
+    assert m["rollout/rule_reward"] == pytest.approx(1.1 / 3)
+    assert m["rollout/gold_reward"] == pytest.approx(-0.7)

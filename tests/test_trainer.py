@@ -271,3 +271,46 @@ def test_bf16_compute_keeps_float32_policy_weights_and_stores_the_reference_in_b
     assert actor.compute_dtype == torch.bfloat16
     assert {p.dtype for p in actor.parameters()} == {torch.float32}
     assert {p.dtype for p in ref.parameters()} == {torch.bfloat16}
+
+
+def test_prompt_batches_take_every_record_once_per_pass_in_a_fresh_order(tiny_model_path, tiny_overrides, tmp_path):
+    """data.n_train=64, 8 prompts a step: steps 1-8 are one pass over the records, steps 9-16 the next. Each
+    pass holds every record once, shuffled, and the second pass is not the first one's order again."""
+    tr = PPOTrainer(load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "run", 1)))
+    index = {id(r): i for i, r in enumerate(tr.train_records)}
+    passes = [[index[id(r)] for step in range(8 * p + 1, 8 * p + 9) for r in tr.prompt_batch(step)] for p in (0, 1)]
+    for order in passes:
+        assert sorted(order) == list(range(64))
+        assert order != list(range(64))
+    assert passes[0] != passes[1]
+    tr.logger.close()
+
+
+def test_step_n_samples_prompt_batch_n_and_evaluation_reads_the_held_out_split(tiny_model_path, tmp_path, monkeypatch):
+    """``step()`` number k (1-based) collects ``prompt_batch(k)``; ``evaluate`` scores the first
+    ``train.eval_samples`` (or ``n``) records of the test split, never training records."""
+    import ppo_core.trainer as trainer
+
+    tr = _trainer(tiny_model_path, tmp_path, "ppo.ppo_epochs=1")
+    collected, real_collect = [], tr.collect
+    tr.collect = lambda records: collected.append(records) or real_collect(records)
+    tr.step()
+    tr.step()
+    assert collected == [tr.prompt_batch(1), tr.prompt_batch(2)]
+    scored = []
+    monkeypatch.setattr(trainer, "accuracy", lambda lm, tok, records, *args: scored.append(records) or 0.0)
+    tr.evaluate()
+    tr.evaluate(n=3)
+    assert scored == [tr.test_records[:8], tr.test_records[:3]]  # train.eval_samples=8
+    train_questions = {r["question"] for r in tr.train_records}
+    assert not any(r["question"] in train_questions for r in scored[0])
+
+
+def test_the_minibatch_order_follows_train_seed(tiny_model_path, tmp_path):
+    """The shuffle generator (minibatch order) starts from train.seed: the same seed, the same order; another
+    seed, another order."""
+    orders = [
+        torch.randperm(64, generator=_trainer(tiny_model_path, tmp_path / f"{i}", f"train.seed={seed}").shuffle_gen)
+        for i, seed in enumerate((1, 1, 2))
+    ]
+    assert torch.equal(orders[0], orders[1]) and not torch.equal(orders[0], orders[2])
