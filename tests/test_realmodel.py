@@ -317,3 +317,33 @@ def test_bf16_resume_repeats_the_run(tiny_model_path, tmp_path):
     assert untimed(read_metrics(out)) == untimed(read_metrics(ref))
     a, b = load_file(out / "final" / "model.safetensors"), load_file(ref / "final" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_sampling_leaves_the_models_own_generation_config_in_place(hub):
+    """``sample`` swaps in its neutral config for the call only: afterwards the chat model's own config (two
+    stop ids, the sampling defaults) is back, so a checkpoint saved later still carries it."""
+    from ppo_core.rollout import sample
+
+    lm, tok = hub
+    own = lm.generation_config
+    torch.manual_seed(0)
+    sample(lm, tok, ["Ann has 3 apples"] * 2, max_new_tokens=4, temperature=1.0)
+    assert lm.generation_config is own
+    assert lm.generation_config.top_k == 20 and len(lm.generation_config.eos_token_id) == 2
+
+
+def test_build_hub_model_caches_by_every_setting_rebuilds_on_force_and_keeps_the_callers_rng(tmp_path):
+    """The folder's key covers tie_word_embeddings (an untied build is another folder, not the tied one
+    again); ``force=True`` builds afresh over a cached folder; the seeded init leaves the global RNG as it was."""
+    from transformers import AutoConfig
+
+    from ppo_core.tasks.hub_model import build_hub_model
+
+    torch.manual_seed(11)
+    state = torch.get_rng_state()
+    tied = build_hub_model(tmp_path)
+    assert torch.equal(torch.get_rng_state(), state)
+    untied = build_hub_model(tmp_path, tie_word_embeddings=False)
+    assert untied != tied and not AutoConfig.from_pretrained(untied).tie_word_embeddings
+    (tied / "stale.txt").write_text("left by an older build")
+    assert build_hub_model(tmp_path, force=True) == tied and not (tied / "stale.txt").exists()

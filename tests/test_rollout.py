@@ -182,3 +182,32 @@ def test_bf16_compute_on_float32_weights_keeps_no_cache(tiny_model_path):
     cache = PromptCache()
     sample(lm, tok, PROMPTS, max_new_tokens=4, temperature=1.0, prompt_cache=cache, dtype=torch.bfloat16)
     assert not cache.complete and not cache.chunks
+
+
+def test_complete_repeats_itself_for_a_seed_and_restores_the_models_mode(tiny_model_path):
+    """``complete(seed=...)``: the same texts whatever the global RNG held before; the model ends in the mode
+    it was in (eval or train), while the draw itself runs in eval mode."""
+    from ppo_core.rollout import complete
+
+    lm, tok = _load(tiny_model_path)
+    prompts = PROMPTS * 4
+    torch.manual_seed(1)
+    first = complete(lm, tok, prompts, max_new_tokens=8, temperature=1.0, seed=5)
+    torch.manual_seed(2)
+    assert complete(lm, tok, prompts, max_new_tokens=8, temperature=1.0, seed=5) == first
+    assert complete(lm, tok, prompts, max_new_tokens=8, temperature=1.0, seed=6) != first
+    assert not lm.training
+    lm.train()
+    complete(lm, tok, PROMPTS, max_new_tokens=2, temperature=1.0, seed=5)
+    assert lm.training
+
+
+def test_complete_samples_at_the_compute_dtype_it_is_given(tiny_model_path, monkeypatch):
+    """``complete(dtype=bf16)`` (evaluation of a bf16 run) hands the dtype to every ``sample`` call."""
+    import ppo_core.rollout as rollout
+
+    lm, tok = _load(tiny_model_path)
+    seen, real_sample = [], rollout.sample
+    monkeypatch.setattr(rollout, "sample", lambda *a, **kw: seen.append(kw.get("dtype")) or real_sample(*a, **kw))
+    rollout.complete(lm, tok, PROMPTS, max_new_tokens=2, temperature=None, batch_size=2, dtype=torch.bfloat16)
+    assert seen == [torch.bfloat16, torch.bfloat16]
