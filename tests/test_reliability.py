@@ -229,6 +229,16 @@ def test_cli_process_exit_code_and_single_stderr_line(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def test_evaluate_process_exit_code_names_a_missing_checkpoint(tmp_path):
+    """``python -m ppo_core.evaluate`` on a folder that is no checkpoint: exit code 2 and one stderr line."""
+    missing = tmp_path / "no_such_run" / "final"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ppo_core.evaluate", str(missing)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().startswith("error:") and proc.stderr.strip().count("\n") == 0
+
+
 def test_fresh_run_into_an_old_run_is_refused_unless_overwrite(reference_run, tiny_model_path, tmp_path, capsys):
     before = (reference_run / "metrics.jsonl").read_text()
     assert main(_overrides(tiny_model_path, reference_run, 1)) == 2
