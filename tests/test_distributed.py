@@ -100,9 +100,9 @@ def test_two_ranks_update_equals_one_process(tiny_model_path, tmp_path, one_thre
 
 def test_two_rank_run_same_weights_and_resume(tiny_model_path, tmp_path):
     out = tmp_path / "run"
-    _torchrun(["-m", "ppo_core.train", *_overrides(tiny_model_path, out, 2)], tmp_path)
-    assert (out / "step_2").is_dir() or (out / "final").is_dir()
-    assert not (out / ".rank1" / "step_1").exists()  # rank 0 alone writes checkpoints
+    _torchrun(["-m", "ppo_core.train", *_overrides(tiny_model_path, out, 2, "train.save_every=1")], tmp_path)
+    assert (out / "step_1").is_dir() and (out / "final").is_dir()
+    assert not list((out / ".rank1").glob("step_*"))  # rank 0 alone writes checkpoints
     _torchrun(["-m", "ppo_core.train", *_overrides(tiny_model_path, out, 3, "train.resume=auto")], tmp_path)
     steps = [r["step"] for r in read_metrics(out) if "kl/to_ref" in r]
     assert steps == [1, 2, 3]
@@ -171,3 +171,58 @@ def test_loss_units_follow_the_aggregation():
     assert loss_units(mask, "token-mean") == 4  # tokens
     assert loss_units(mask, "seq-mean-token-mean") == 2  # responses with a token
     assert loss_units(mask, "seq-mean-token-sum-norm") == 3  # responses
+
+
+def test_each_rank_samples_from_a_stream_of_seed_step_and_rank(tiny_model_path, tmp_path, monkeypatch, one_thread):
+    """``DistributedPPOTrainer.collect`` in this process as rank 0 or 1 of 2 (the gather left out): rank r
+    samples its half of the records from torch seeded by (train.seed, step, rank) alone. Both halves hold
+    the same prompt, so the two ranks' responses differ only through their streams."""
+    from ppo_core.run import distributed
+
+    tr = PPOTrainer(load_config("cpu", _overrides(tiny_model_path, tmp_path / "run", 2)))
+    trainer = object.__new__(distributed.DistributedPPOTrainer)
+    trainer.__dict__.update(tr.__dict__)
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    monkeypatch.setattr(distributed, "gather_rollout", lambda ro, pad_id: ro)
+    records = tr.prompt_batch(1)[:1] * 8
+
+    def draw(r, step_count, rng_before=0):
+        monkeypatch.setattr(distributed, "rank", lambda: r)
+        trainer.step_count = step_count
+        torch.manual_seed(rng_before)  # whatever the run drew before does not matter
+        ro = trainer.collect(records)
+        assert ro.input_ids.shape[0] == 4  # this rank's half
+        return ro.response_ids
+
+    first = draw(0, 0)
+    assert torch.equal(draw(0, 0, rng_before=1), first)  # a pure function of (seed, step, rank): resumes repeat it
+    assert not torch.equal(draw(1, 0), first)  # the other rank: another stream on the same prompts
+    assert not torch.equal(draw(0, 1), first)  # the next step: another stream
+    tr.logger.close()
+
+
+def test_gathered_rows_are_padded_with_masked_out_positions():
+    """A rank's rollout (prompt 2 tokens, response 2) padded to the gather's common 4 + 3: the new prompt
+    columns go on the left, the new response column on the right, all of them pad ids that nothing attends
+    to and no loss counts."""
+    from ppo_core.rollout import Rollout
+    from ppo_core.run.distributed import _pad_rollout
+
+    ro = Rollout(
+        input_ids=torch.tensor([[5, 6, 7, 8]]),
+        attention_mask=torch.tensor([[1, 1, 1, 1]]),
+        prompt_len=2,
+        response_ids=torch.tensor([[7, 8]]),
+        mask=torch.tensor([[True, True]]),
+        logprobs=torch.tensor([[-0.5, -0.25]]),
+        values=torch.tensor([[0.5, 0.75]]),
+        ref_logprobs=torch.tensor([[-1.0, -2.0]]),
+        scores=torch.tensor([1.0]),
+    )
+    padded = _pad_rollout(ro, prompt_len=4, response_len=3, pad_id=0)
+    assert padded["input_ids"].tolist() == [[0, 0, 5, 6, 7, 8, 0]]
+    assert padded["attention_mask"].tolist() == [[0, 0, 1, 1, 1, 1, 0]]
+    assert padded["response_ids"].tolist() == [[7, 8, 0]] and padded["mask"].tolist() == [[True, True, False]]
+    assert padded["logprobs"].tolist() == [[-0.5, -0.25, 0.0]]
+    assert padded["ref_logprobs"].tolist() == [[-1.0, -2.0, 0.0]]
+    assert padded["values"].tolist() == [[0.5, 0.75, 0.0]] and padded["scores"].tolist() == [1.0]
