@@ -5,6 +5,7 @@ Each 2-process test starts ``python -m torch.distributed.run --nproc_per_node=2`
 """
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -56,7 +57,10 @@ def _torchrun(args: list[str], tmp_path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    # the workers run in tmp_path: put this checkout's ppo_core first (an installed one may be another checkout's)
+    path = os.pathsep.join(p for p in (str(HERE.parent), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
