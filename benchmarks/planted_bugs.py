@@ -5,11 +5,19 @@ checkout itself; the selected tests then run there in a subprocess.
 
     python benchmarks/planted_bugs.py                                   # tests/test_algorithm_box.py
     python benchmarks/planted_bugs.py tests/test_gae.py tests/test_kl.py  # any other selection
+    python benchmarks/planted_bugs.py --wide                            # the wide catalog, below
+
+``--wide`` runs the catalog in ``benchmarks/planted_bugs_wide.json`` instead: bugs outside the PPO step (the
+tasks, the reward model, checkpoints and resume, metrics, LoRA, precision, the CLI, the exercise checkers, the
+widgets, distributed training), each of which passed every test once, each against the tests written to catch it
+(its "tests" entry). ``--only TEXT`` keeps the bugs whose label contains TEXT.
 
 Prints one line per bug: caught (with the number of failing tests) or SURVIVED. Exit status 1 if any
 bug survives. Run it through /work/bin/heavy on a shared machine (about 10 s per bug).
 """
 
+import argparse
+import json
 import os
 import re
 import shutil
@@ -69,29 +77,55 @@ def plant(root: Path, file: str, edits: list) -> None:
     raise SystemExit(f"{file}: none of the texts to replace occurs exactly once: {[old for old, _ in edits]}")
 
 
-def run(selection: list[str]) -> int:
+WIDE = Path(__file__).with_name("planted_bugs_wide.json")
+
+
+def catch(file: str, edits: list, selection: list[str]) -> str:
+    """Plant one bug in a scratch copy of ``ppo_core/`` and ``tests/``, run ``selection`` there: pytest's last line."""
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        for name in ("ppo_core", "tests"):
+            shutil.copytree(ROOT / name, scratch / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(ROOT / "pyproject.toml", scratch / "pyproject.toml")
+        plant(scratch, file, edits)
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-o", "addopts=-p no:cacheprovider", *selection],
+            cwd=scratch, env={**os.environ, "PYTHONPATH": str(scratch)}, capture_output=True, text=True,
+        )  # fmt: skip
+        return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-300:]
+
+
+def run(bugs: list[tuple[str, str, list, list[str]]]) -> int:
+    """bugs: (label, file, edits, tests to run). Prints one line per bug; 1 if any survives."""
     survived = 0
-    for label, file, edits in BUGS:
-        with tempfile.TemporaryDirectory() as tmp:
-            scratch = Path(tmp)
-            for name in ("ppo_core", "tests"):
-                shutil.copytree(ROOT / name, scratch / name, ignore=shutil.ignore_patterns("__pycache__"))
-            shutil.copy(ROOT / "pyproject.toml", scratch / "pyproject.toml")
-            plant(scratch, file, edits)
-            out = subprocess.run(
-                [sys.executable, "-m", "pytest", "-q", "-o", "addopts=-p no:cacheprovider", *selection],
-                cwd=scratch, env={**os.environ, "PYTHONPATH": str(scratch)}, capture_output=True, text=True,
-            )  # fmt: skip
-            summary = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-300:]
-            failed = re.search(r"(\d+) failed", summary)
-            if failed:
-                print(f"caught    {label}: {summary}")
-            else:
-                survived += 1
-                print(f"SURVIVED  {label}: {summary}")
+    for label, file, edits, selection in bugs:
+        summary = catch(file, edits, selection)
+        if re.search(r"(\d+) failed", summary):
+            print(f"caught    {label}: {summary}", flush=True)
+        else:
+            survived += 1
+            print(f"SURVIVED  {label}: {summary}", flush=True)
+    print(f"{len(bugs) - survived} of {len(bugs)} caught")
     return 1 if survived else 0
 
 
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("tests", nargs="*", help="tests for the PPO-step bugs (default tests/test_algorithm_box.py)")
+    parser.add_argument("--wide", action="store_true", help="run the wide catalog, each bug against its own tests")
+    parser.add_argument("--only", default="", help="keep the bugs whose label contains this text")
+    args = parser.parse_args(argv)
+    if args.wide:
+        if args.tests:
+            parser.error("--wide runs each bug against the tests in its catalog entry; give no tests")
+        bugs = [(b["bug"], b["file"], b["edits"], b["tests"]) for b in json.loads(WIDE.read_text())]
+    else:
+        bugs = [(label, file, edits, args.tests or ["tests/test_algorithm_box.py"]) for label, file, edits in BUGS]
+    bugs = [b for b in bugs if args.only in b[0]]
+    if not bugs:
+        parser.error(f"no bug's label contains {args.only!r}")
+    return run(bugs)
+
+
 if __name__ == "__main__":
-    tests = sys.argv[1:] or ["tests/test_algorithm_box.py"]
-    sys.exit(run(tests))
+    sys.exit(main())
