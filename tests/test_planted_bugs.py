@@ -43,3 +43,13 @@ def test_only_that_matches_nothing_is_an_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         _script().main(["--wide", "--only", "no such bug"])
     assert exit_info.value.code == 2 and "no bug's label contains 'no such bug'" in capsys.readouterr().err
+
+
+def test_the_readme_quotes_the_saved_wide_run():
+    """The saved run of ``--wide`` caught every bug of the current catalog, and the README says how many."""
+    saved = (ROOT / "benchmarks" / "results" / "planted_bugs_wide.txt").read_text().splitlines()
+    caught = {line.removeprefix("caught").rsplit(": ", 1)[0].strip() for line in saved if line.startswith("caught ")}
+    assert caught == {b["bug"] for b in WIDE}
+    assert f"{len(WIDE)} of {len(WIDE)} caught" in saved
+    readme = (ROOT / "README.md").read_text()
+    assert f"holds the {len(WIDE)} one-line bugs" in readme and f"caught all {len(WIDE)}" in readme
