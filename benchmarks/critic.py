@@ -10,7 +10,7 @@ fresh process, with the config's overrides on top (the warm start is cached befo
 is the PPO run's alone: its two evaluations and the PPO steps, value warm-up steps included). Per run it
 prints the critic's explained variance (mean over the first and the last 10 PPO steps; warm-up steps
 excluded), the value loss (mean of the last 10 steps), held-out sampled accuracy before and after, and
-the wall time. Every config spells out all six critic keys, so a change of the preset's defaults does
+the wall time. Every config spells out all seven critic keys, so a change of the preset's defaults does
 not change what a row measures.
 
 Target for the cpu preset: last-10-step explained variance >= 0.3 on every seed, accuracy gain >= +60
@@ -34,7 +34,7 @@ import torch
 from ppo_core.rollout import monte_carlo_values
 
 TODAY = {"ppo.value_lr": "0", "ppo.value_warmup_steps": "0", "ppo.lam_value": "null", "ppo.lam_policy_alpha": "0",
-         "ppo.separate_critic": "false", "ppo.value_epochs": "0"}  # fmt: skip
+         "ppo.separate_critic": "false", "ppo.value_epochs": "0", "ppo.critic_reads_policy": "false"}  # fmt: skip
 """The settings before this benchmark: one learning rate, no warm-up, one lambda (0.95) for both, a head on the
 policy's trunk, as many critic passes as policy passes."""
 
@@ -46,6 +46,12 @@ CONFIGS = {
     "value_lr+lam_value": {"ppo.value_lr": "1e-3", "ppo.lam_value": "1.0"},
     "all": {"ppo.value_lr": "1e-3", "ppo.lam_value": "1.0", "ppo.value_warmup_steps": "5"},
     "separate": {"ppo.separate_critic": "true", "ppo.value_lr": "1e-3", "ppo.lam_value": "1.0"},
+    "separate+reads_policy": {
+        "ppo.separate_critic": "true",
+        "ppo.value_lr": "1e-3",
+        "ppo.lam_value": "1.0",
+        "ppo.critic_reads_policy": "true",
+    },
 }
 """Each config: overrides on top of ``TODAY`` (one mechanism on, or a combination)."""
 

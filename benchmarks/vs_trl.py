@@ -91,7 +91,8 @@ class Setting:
     ours_overrides: list = field(default_factory=list)
 
 
-LIKE_FOR_LIKE = ["ppo.ent_coef=0.0", "ppo.max_grad_norm=0.0"]  # TRL has no entropy bonus and no gradient clipping
+LIKE_FOR_LIKE = ["ppo.ent_coef=0.0", "ppo.max_grad_norm=0.0", "ppo.critic_reads_policy=false"]
+"""TRL has no entropy bonus, no gradient clipping, and a value model that reads only the tokens."""
 
 
 def ours_config(s: Setting, model_path: str, out_dir: str, threads: int, device: str, dtype: str):

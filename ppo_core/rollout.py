@@ -21,7 +21,7 @@ from transformers import GenerationConfig
 
 from .logprobs import logprobs_from_logits, response_slice
 from .masking import response_mask
-from .model import lm_logits, position_ids_from_mask
+from .model import lm_logits, policy_features, position_ids_from_mask
 from .run.precision import autocast
 
 __all__ = [
@@ -50,6 +50,7 @@ class Rollout:
     logprobs: torch.Tensor | None = None  # (B, T) old policy, at the sampling temperature
     values: torch.Tensor | None = None  # (B, T) old values; None for an actor without a value head
     ref_logprobs: torch.Tensor | None = None  # (B, T) frozen reference
+    policy_features: torch.Tensor | None = None  # (B, T, 6) model.policy_features, for a critic that reads the policy
 
     @property
     def keep(self) -> slice:
@@ -274,8 +275,9 @@ def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int, promp
     ``prompt_cache``: the ``run.fastpaths.PromptCache`` that ``sample`` filled; the actor's forward then
     reuses the prompt's keys and values (same numbers up to float rounding). None: full forwards.
     """
-    cached = prompt_cache.actor_scores(actor, ro, temperature) if prompt_cache is not None else None
-    logprobs, values, ref_logprobs = [], [], []
+    reads = getattr(actor, "policy_reader", None) is not None  # ppo.critic_reads_policy
+    cached = prompt_cache.actor_scores(actor, ro, temperature, reads) if prompt_cache is not None else None
+    logprobs, values, features, ref_logprobs = [], [], [], []
     for i in range(0, ro.input_ids.shape[0], batch_size):
         ids, attn = ro.input_ids[i : i + batch_size], ro.attention_mask[i : i + batch_size]
         tokens = ro.response_ids[i : i + batch_size]
@@ -284,9 +286,14 @@ def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int, promp
             logits, v = actor(ids, attn, pos, keep=ro.keep)  # (b, T, V), (b, T)
             logprobs.append(logprobs_from_logits(logits, tokens, temperature))
             values.append(v)
+            if reads:
+                features.append(policy_features(logits, logprobs[-1], ro.mask[i : i + batch_size], temperature))
         ref_logits, _ = lm_logits(ref_lm, ids, attn, pos, keep=ro.keep)
         ref_logprobs.append(logprobs_from_logits(ref_logits, tokens, temperature))
-    ro.logprobs, ro.values = cached if cached is not None else (torch.cat(logprobs), _cat_values(values))
+    if cached is None:
+        cached = torch.cat(logprobs), _cat_values(values), torch.cat(features) if reads else None
+    ro.logprobs, values, ro.policy_features = cached
+    ro.values = actor.read_policy(values, ro.policy_features) if reads else values
     ro.ref_logprobs = torch.cat(ref_logprobs)
     return ro
 

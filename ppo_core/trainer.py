@@ -260,6 +260,7 @@ class PPOTrainer:
             "advantages": advantages,
             "returns": returns,
             "ref_logprobs": ro.ref_logprobs if self.cfg.algo.use_kl_loss else None,
+            "policy_features": ro.policy_features,  # (B, T, 6) for a critic that reads the policy, else None
         }
         data = {key: v for key, v in data.items() if v is not None}  # no critic: no values, no returns
         schedule, applied, skipped = [], [], []
@@ -292,7 +293,9 @@ class PPOTrainer:
             "mask": ro.mask,
             "old_values": ro.values,
             "returns": returns,
+            "policy_features": ro.policy_features,
         }
+        data = {key: v for key, v in data.items() if v is not None}
         schedule, applied, skipped = [], [], []
         for epoch in range(p.ppo_epochs if epochs is None else epochs):
             order = torch.randperm(ro.input_ids.shape[0], generator=self.shuffle_gen).split(p.minibatch_size)

@@ -41,12 +41,15 @@ def ppo_loss(
     without a value head (no value loss; old_values and returns are then not read),
     ``loss_agg_mode`` (with ``loss_norm_len``, the constant T_max of seq-mean-token-sum-norm) for the policy
     loss, and ``kl_loss_coef`` > 0 adds the KL to the reference (``mb["ref_logprobs"]``, estimator
-    ``kl_loss_type``) to the loss.
+    ``kl_loss_type``) to the loss. A critic that reads the policy (``actor.policy_reader``) also needs
+    ``policy_features`` (B, T, 6): the rollout's, fixed while the policy moves.
     """
     pos = position_ids_from_mask(mb["attention_mask"])
     logits, values = actor(mb["input_ids"], mb["attention_mask"], pos, keep=mb["keep"])  # (B, T, V), (B, T)
     logprobs = logprobs_from_logits(logits, mb["response_ids"], temperature)  # (B, T)
     mask = mb["mask"]
+    if getattr(actor, "policy_reader", None) is not None:  # ppo.critic_reads_policy: the rollout's features
+        values = actor.read_policy(values, mb.get("policy_features"))
     agg = {} if loss_agg_mode == "token-mean" else {"loss_agg_mode": loss_agg_mode, "norm_len": loss_norm_len}
     pg_loss, pg_stats = policy_loss(logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps, **agg)
     loss, extra = pg_loss, {}
@@ -160,7 +163,8 @@ def value_update(actor, optimizer, mb: dict, *, vf_clip_eps: float = 0.2, max_gr
     The policy's trunk runs without gradients, so only the critic (the value head, and a separate critic's
     own trunk if ``actor.critic_trunk`` is set) gets a ``.grad``; AdamW (torch or bitsandbytes) skips
     parameters without one, so the same optimizer leaves every policy weight as it was. Loss: the clipped
-    value loss of chapter 04 on the (B, T) ``mb`` tensors, as in ``ppo_loss``. The trunks run under autocast
+    value loss of chapter 04 on the (B, T) ``mb`` tensors, as in ``ppo_loss`` (``policy_features`` too for a
+    critic that reads the policy). The trunks run under autocast
     in ``actor.compute_dtype``, as in ``actor.forward``; the head in float32.
     Returns ``value/loss``, ``value/clipfrac``, ``train/grad_norm`` (the critic's, before clipping) and
     ``train/skipped`` (1 if the step was skipped for a non-finite loss or gradient).
@@ -173,6 +177,8 @@ def value_update(actor, optimizer, mb: dict, *, vf_clip_eps: float = 0.2, max_gr
         with torch.no_grad(), autocast(mb["input_ids"].device, actor.compute_dtype):
             _, hidden = actor.logits_fn(actor.lm, mb["input_ids"], mb["attention_mask"], pos, mb["keep"])  # (B, T, H)
         values = actor.head_values(hidden)  # (B, T)
+    if getattr(actor, "policy_reader", None) is not None:  # ppo.critic_reads_policy: the rollout's features
+        values = actor.read_policy(values, mb.get("policy_features"))
     loss, stats = value_loss(values, mb["old_values"], mb["returns"], mb["mask"], vf_clip_eps)
     loss.backward()
     grad_norm = clip(actor.critic_parameters(), max_grad_norm)

@@ -34,7 +34,9 @@ The semantics it pins down (chapters 03-05):
                H  = entropy of softmax(logits / temperature).
 * controller:  KL = mean over sequences of the summed k1 KL of each response (the one logged);
                adaptive: kl_coef <- kl_coef (1 + clip(KL / target - 1, -0.2, 0.2) B / horizon); fixed: unchanged.
-* critic:      the value head's parameters, plus with ``separate_critic`` its own trunk's; those of the policy are
+* critic:      the value head's parameters, plus with ``separate_critic`` its own trunk's and with
+               ``critic_reads_policy`` its policy reader's (V = head + reader(ro["policy_features"]), the reader's
+               forward borrowed like the actor's); those of the policy are
                the rest. With ``separate_critic`` the two sets' gradient norms are clipped apart (each to
                max_grad_norm) and the norm recorded is that of all gradients together.
 * value epochs: with ``value_epochs`` > ppo_epochs, that many minus ppo_epochs more passes follow the update, each
@@ -136,6 +138,8 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     head = [p for p in model.value_head.parameters()]
+    if cfg.get("critic_reads_policy"):  # the small network on the policy's confidence learns with the head
+        head = head + [p for p in model.policy_reader.parameters()]
     if cfg.get("separate_critic"):  # the critic's own trunk learns with the head
         head = [p for p in model.critic_trunk.parameters()] + head
     if cfg.get("value_lr", 0.0) > 0:  # the value head in its own group, at its own learning rate
@@ -216,6 +220,8 @@ def _micro_batch_loss(model, ro, rows, keep, advantages, returns, old_values, ol
             positions[j, k] = max(seen - 1, 0) if attn[j, k] == 0 else seen
             seen += int(attn[j, k])
     logits, values = model(ids, attn, positions, keep=keep)  # (b, T, V), (b, T)
+    if cfg.get("critic_reads_policy"):  # plus the reader's term on the rollout's (fixed) policy features
+        values = values + model.policy_reader(ro["policy_features"][rows]).squeeze(-1)
     eps, eps_v, temp = cfg["clip_eps"], cfg["vf_clip_eps"], cfg["temperature"]
     total, n_tokens = 0.0, 0
     for j, b in enumerate(rows):

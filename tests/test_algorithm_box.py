@@ -42,6 +42,7 @@ def run_package_step(trainer: PPOTrainer, fixed: dict, monkeypatch) -> dict:
         logprobs=fixed["logprobs"].clone(),
         values=fixed["values"].clone(),
         ref_logprobs=fixed["ref_logprobs"].clone(),
+        policy_features=fixed["policy_features"].clone(),
     )
     update = trainer.minibatch_update
 
@@ -96,8 +97,10 @@ BASE = dict(
     kl_horizon=100, clip_eps=0.2, vf_clip_eps=0.2, vf_coef=0.5, ent_coef=0.01, temperature=0.9, ppo_epochs=1,
     minibatch_size=8, grad_accum_steps=1, max_grad_norm=1.0, lr=3e-3, weight_decay=0.0,
     lam_value=None, lam_policy_alpha=0.0, value_lr=0.0, warmup=False, separate_critic=False, value_epochs=0,
+    critic_reads_policy=False,
 )  # fmt: skip
-"""The critic keys are spelled out (the cpu preset sets value_lr and lam_value); ``warmup``: a value warm-up step."""
+"""The critic keys are spelled out (the cpu preset sets value_lr, lam_value, separate_critic and critic_reads_policy);
+``warmup``: a value warm-up step."""
 
 
 def make_trainer(model_path, out_dir, cfg: dict, seed: int = 0, check_ratio: bool = False) -> PPOTrainer:
@@ -105,7 +108,7 @@ def make_trainer(model_path, out_dir, cfg: dict, seed: int = 0, check_ratio: boo
     keys = ["gamma", "lam", "kl_estimator", "kl_coef", "adaptive_kl", "kl_target", "kl_horizon", "clip_eps",
             "vf_clip_eps", "vf_coef", "ent_coef", "ppo_epochs", "minibatch_size", "grad_accum_steps",
             "max_grad_norm", "lr", "weight_decay", "lam_policy_alpha", "value_lr", "separate_critic",
-            "value_epochs"]  # fmt: skip
+            "value_epochs", "critic_reads_policy"]  # fmt: skip
     overrides = [
         f"model.name_or_path={model_path}",
         f"train.output_dir={out_dir}",
@@ -159,6 +162,7 @@ def fixed_rollout(tiny_model_path, tmp_path_factory, one_thread):
         "values": torch.where(mask, noise(0.5), 0.0),
         "ref_logprobs": torch.where(mask, true_logp + noise(0.4) - 0.2, 0.0),
         "scores": torch.rand(B, generator=gen) * 3 - 1,
+        "policy_features": torch.rand(B, T, 6, generator=gen),  # read only by a critic_reads_policy config
     }
 
 
@@ -197,6 +201,18 @@ CONFIGS = {
     "separate-critic-warmup": dict(separate_critic=True, warmup=True, value_lr=1e-2, minibatch_size=4),
     "separate-critic-value-epochs": dict(
         separate_critic=True, value_epochs=2, value_lr=1e-2, minibatch_size=4, grad_accum_steps=2, max_grad_norm=0.3
+    ),
+    "reads-policy": dict(critic_reads_policy=True, value_lr=3e-2, minibatch_size=4, ppo_epochs=2, lam_value=1.0),
+    "separate-critic-reads-policy-value-epochs": dict(
+        separate_critic=True,
+        critic_reads_policy=True,
+        value_epochs=2,
+        value_lr=1e-2,
+        minibatch_size=4,
+        grad_accum_steps=2,
+    ),
+    "separate-critic-reads-policy-warmup": dict(
+        separate_critic=True, critic_reads_policy=True, warmup=True, value_lr=1e-2, minibatch_size=4
     ),
 }
 

@@ -155,6 +155,19 @@ class PPOConfig:
     -0.02/-0.02/+0.01 for the head on the shared trunk, at a similar accuracy gain and about 1.7x the time);
     the cuda preset does not (unmeasured on a GPU, and a second 0.5B trunk with its gradients and optimizer state
     is several GiB). Not with LoRA (model.lora.r > 0): set it false there."""
+    critic_reads_policy: bool = False
+    """Let the critic read the policy's own confidence along the response, not only the tokens: at each response
+    state, the probability the policy gave the last token and the least likely token so far, their log-probabilities,
+    and the policy's top probability and entropy for the next token (model.policy_features), through a small MLP
+    whose output is added to the value head's (model.ActorWithValueHead.read_policy; it starts at 0). None of them
+    depends on the token drawn at that state, so V stays a valid baseline. A sampled wrong digit is usually a token
+    the policy gave little probability to; a trunk that starts as a copy of the starting policy cannot see that the
+    trained policy thought so, and this critic can. The features come from the rollout's scoring forward (free)
+    and stay fixed during the update. The cpu preset sets it on top of separate_critic (benchmarks/critic.py,
+    last-10-step explained variance +0.33/+0.40/+0.38 on seeds 0-2, against +0.20/+0.27/+0.51 without it; accuracy
+    gain +71.0/+65.8/+56.6 against +71.4/+62.4/+49.4 points, at about the same time); the cuda preset does not
+    (unmeasured on a GPU and on the long-answer task). Works with either critic (a separate trunk or the head on the
+    policy's) and with LoRA. Ignored without a critic (algo.adv_estimator other than gae)."""
     value_epochs: int = 0
     """Passes of the critic over each rollout (0 = ppo.ppo_epochs). More than ppo.ppo_epochs adds critic-only passes
     (update.value_update, the value warm-up's update) after the policy's: the critic fits each batch's returns

@@ -184,8 +184,8 @@ def _pad_rollout(ro, prompt_len: int, response_len: int, pad_id: int):
         right = torch.full((t.shape[0], dt), fill, dtype=t.dtype, device=t.device)
         return torch.cat([left, t, right], 1)
 
-    def resp(t, fill):  # (B, T)
-        return torch.cat([t, torch.full((t.shape[0], dt), fill, dtype=t.dtype, device=t.device)], 1)
+    def resp(t, fill):  # (B, T) or (B, T, F)
+        return torch.cat([t, torch.full((t.shape[0], dt, *t.shape[2:]), fill, dtype=t.dtype, device=t.device)], 1)
 
     return {
         "input_ids": both(ro.input_ids, pad_id),
@@ -195,6 +195,7 @@ def _pad_rollout(ro, prompt_len: int, response_len: int, pad_id: int):
         "logprobs": resp(ro.logprobs, 0.0),
         "values": resp(ro.values, 0.0) if ro.values is not None else None,  # None: no critic (chapter 07)
         "ref_logprobs": resp(ro.ref_logprobs, 0.0),
+        "policy_features": resp(ro.policy_features, 0.0) if ro.policy_features is not None else None,
         "scores": ro.scores,
     }
 

@@ -93,6 +93,8 @@ def apply_lora(actor, lora_cfg, gradient_checkpointing: bool = False, base_dtype
     object.__setattr__(actor, "peft_model", peft_model)  # plain attribute: not a submodule, not in state_dict
     if actor.value_head is not None:  # chapter 07's critic-free methods have none
         actor.value_head.requires_grad_(True)  # trained in full
+    if getattr(actor, "policy_reader", None) is not None:
+        actor.policy_reader.requires_grad_(True)
     return actor, AdapterOffReference(peft_model, getattr(actor, "compute_dtype", None))
 
 
@@ -158,11 +160,13 @@ def save_actor(actor, path) -> None:
     if not is_lora(actor):
         actor.save_pretrained(path)
         return
-    from ..model import VALUE_HEAD_FILE
+    from ..model import POLICY_READER_FILE, VALUE_HEAD_FILE
 
     actor.peft_model.save_pretrained(path)  # adapter_model.safetensors + adapter_config.json (names the base)
     if actor.value_head is not None:
         torch.save(actor.value_head.state_dict(), Path(path) / VALUE_HEAD_FILE)
+    if getattr(actor, "policy_reader", None) is not None:
+        torch.save(actor.policy_reader.state_dict(), Path(path) / POLICY_READER_FILE)
 
 
 def load_actor(actor, path) -> None:
@@ -201,11 +205,21 @@ def _load_critic_trunk(actor, path: Path) -> None:
 
 
 def _load_value_head(actor, path) -> None:
-    from ..model import VALUE_HEAD_FILE
+    """The value head, and the policy reader (ppo.critic_reads_policy); refuse a checkpoint of the other kind."""
+    from ..model import POLICY_READER_FILE, VALUE_HEAD_FILE
 
     if actor.value_head is not None:  # chapter 07's critic-free methods have none
         device = actor.value_head.weight.device
         actor.value_head.load_state_dict(torch.load(path / VALUE_HEAD_FILE, map_location=device, weights_only=True))
+        reader, saved = getattr(actor, "policy_reader", None), (path / POLICY_READER_FILE).is_file()
+        if reader is not None and not saved:
+            raise ValueError(f"{path} has no {POLICY_READER_FILE}: resume it with ppo.critic_reads_policy=false")
+        if saved and reader is None:
+            raise ValueError(
+                f"{path} holds a critic that reads the policy: resume it with ppo.critic_reads_policy=true"
+            )
+        if reader is not None:
+            reader.load_state_dict(torch.load(path / POLICY_READER_FILE, map_location=device, weights_only=True))
 
 
 def is_lora_checkpoint(path) -> bool:

@@ -137,7 +137,12 @@ def load_models(cfg: Config, device: torch.device):
     critic = uses_critic(cfg)  # GRPO, RLOO and REINFORCE++ (chapter 07) build no value head
     separate = critic and cfg.ppo.separate_critic  # the critic's own trunk: a copy of the starting policy's
     actor = ActorWithValueHead(
-        lm, m.value_head_init_std, compute_dtype=DTYPES[m.dtype], with_value_head=critic, separate_critic=separate
+        lm,
+        m.value_head_init_std,
+        compute_dtype=DTYPES[m.dtype],
+        with_value_head=critic,
+        separate_critic=separate,
+        critic_reads_policy=critic and cfg.ppo.critic_reads_policy,
     )
     actor = actor.to(device)
     if m.lora.r > 0:  # LoRA (run/lora.py): frozen base in model.dtype, the reference is it with the adapters off
