@@ -102,7 +102,8 @@ def test_value_head_gets_its_own_parameter_group_and_learning_rate(tiny_model_pa
     tr = PPOTrainer(cfg)
     groups = tr.optimizer.param_groups
     assert [g["lr"] for g in groups] == [1e-4, 3e-3]
-    head = {id(p) for p in tr.actor.value_head.parameters()}
+    head = {id(p) for p in tr.actor.critic_parameters()}  # the head, and the cpu preset's policy reader
+    assert {id(p) for p in tr.actor.policy_reader.parameters()} < head
     assert {id(p) for p in groups[1]["params"]} == head
     assert not head & {id(p) for p in groups[0]["params"]}
     n_all = sum(1 for p in tr.actor.parameters() if p.requires_grad)
@@ -278,13 +279,14 @@ def test_value_updates_raise_explained_variance_on_a_fixed_rollout(tiny_model_pa
     rewards = token_rewards(scores, kl_penalty(ro.logprobs, ro.ref_logprobs, "k1"), ro.mask, 0.0)
     _, returns = compute_gae(rewards, ro.values, ro.mask, 1.0, 1.0)
     mb = {"input_ids": ro.input_ids, "attention_mask": ro.attention_mask, "mask": ro.mask,
-          "old_values": ro.values, "returns": returns}  # fmt: skip
+          "old_values": ro.values, "returns": returns, "policy_features": ro.policy_features}  # fmt: skip
     mb = {k: v.clone() for k, v in mb.items()} | {"keep": ro.keep}  # rollout tensors are inference-mode tensors
     ev = [explained_variance(ro.values, returns, ro.mask)]
     for _ in range(30):
         value_update(tr.actor, tr.optimizer, mb, vf_clip_eps=10.0)
     with torch.no_grad():
         _, values = tr.actor(ro.input_ids, ro.attention_mask, keep=ro.keep)
+        values = tr.actor.read_policy(values, ro.policy_features)  # the cpu preset's critic reads the policy
     ev.append(explained_variance(values, returns, ro.mask))
     assert scores.var() > 0 and ev[0] <= 0.01 and ev[1] > 0.5, ev
 

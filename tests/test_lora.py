@@ -38,7 +38,7 @@ def test_reference_is_the_base_with_adapters_off_and_stays_frozen(
 ):
     tr = _trainer(tiny_model_path, tiny_overrides, tmp_path / "run")
     names = {n for n, p in tr.actor.named_parameters() if p.requires_grad}
-    assert names and all("lora_" in n or n.startswith("value_head.") for n in names)
+    assert names and all("lora_" in n or n.startswith(("value_head.", "policy_reader.")) for n in names)
     assert any(n.startswith("value_head.") for n in names)  # the value head trains in full
     in_opt = {id(p) for g in tr.optimizer.param_groups for p in g["params"]}
     assert in_opt == {id(p) for n, p in tr.actor.named_parameters() if n in names}
@@ -177,7 +177,7 @@ def test_lora_with_bf16_compute(tiny_model_path, tiny_overrides, tmp_path, one_t
     returns a bf16 model."""
     tr = _trainer(tiny_model_path, tiny_overrides, tmp_path / "run", 2, "model.dtype=bfloat16")
     for name, p in tr.actor.named_parameters():
-        trained = "lora_" in name or name.startswith("value_head.")
+        trained = "lora_" in name or name.startswith(("value_head.", "policy_reader."))
         assert p.requires_grad == trained, name
         assert p.dtype == (torch.float32 if trained else torch.bfloat16), name
     base = [p.detach().clone() for p in tr.ref.parameters()]

@@ -179,6 +179,8 @@ def test_the_faq_critic_numbers_are_saved_runs():
     assert "({}, {}, {} on seeds 0-2, against {}, {} and {})".format(*ev(head), *ev(today)) in FAQ
     assert "raised it to {}, {} and {} at a similar accuracy gain".format(*ev(separate)) in FAQ
     assert "({}, {}, {} points against {}, {}, {})".format(*gain(separate), *gain(head)) in FAQ
+    reads = _saved("critic_cpu.json", "separate+reads_policy")
+    assert "raised it to {}, {} and {}, with gains of {}, {} and {} points".format(*ev(reads), *gain(reads)) in FAQ
     bands = {band: (n, e) for band, n, e in critic.ev_by_success([r for r in _rows("critic_saturation.json")
                                                                    if r["steps"] == 55])}  # fmt: skip
     (n1, ev1), (n2, ev2), (_, high) = bands["[0.5, 0.8)"], bands["[0.8, 0.9)"], bands["[0.9, 1.0]"]
@@ -208,6 +210,13 @@ def test_the_presets_and_config_docstrings_quote_saved_runs():
     tight = lambda xs: "/".join(f"{x:+.2f}" for x in xs)  # noqa: E731
     assert f"from {tight(evs['t'])} to {tight(evs['h'])} on seeds 0-2" in config
     assert f"variance {tight(evs['s'])} on seeds 0-2, against {tight(evs['h'])} for the head" in config
+    reads = _saved("critic_cpu.json", "separate+reads_policy")
+    r_ev, r_gain = [r["ev_last10"] for r in reads], [100 * (r["after"] - r["before"]) for r in reads]
+    walls = " / ".join(f"{r['wall_s']:.0f}" for r in reads)
+    assert f"explained variance {sep(r_ev, '{:+.2f}')}, gain {sep(r_gain, '{:+.1f}')} points, {walls} s" in cpu
+    assert f"where a trunk of its own alone gave {sep(evs['s'], '{:+.2f}')}" in cpu
+    assert f"variance {tight(r_ev)} on seeds 0-2, against {tight(evs['s'])} without it" in config
+    assert f"gain {'/'.join(f'{g:+.1f}' for g in r_gain)} against {'/'.join(f'{g:+.1f}' for g in gains['s'])}" in config
     cuda = " ".join((ROOT / "ppo_core/run/configs/cuda.yaml").read_text().replace("#", " ").split())
     long = {r["config"]: r for r in _rows("critic_long.json")}
     rights = lambda r: f"{r['start']['right_start']:.2f} -> {r['end']['right_start']:.2f}"  # noqa: E731
@@ -216,3 +225,20 @@ def test_the_presets_and_config_docstrings_quote_saved_runs():
     assert f"({rights(long['lam1'])}; {rights(long['today'])} with lam 0.95)" in cuda
     separate_long = long["ppo.separate_critic=true,ppo.value_lr=1e-3,ppo.lam_value=1.0"]["end"]["credit"]
     assert f"({separate_long:.3f} after 20 steps)" in cuda
+
+
+def test_the_readme_critic_that_reads_the_policy_quotes_its_saved_runs():
+    """The prose around the separate+reads_policy table: its numbers, and the met/not-met verdicts they imply."""
+    reads, separate = _saved("critic_cpu.json", "separate+reads_policy"), _saved("critic_cpu.json", "separate")
+    ev = lambda rows: " / ".join(f"{r['ev_last10']:+.2f}" for r in rows)  # noqa: E731
+    gain = lambda rows: " / ".join(f"{100 * (r['after'] - r['before']):+.1f}" for r in rows)  # noqa: E731
+    walls = " / ".join(f"{r['wall_s']:.0f}" for r in reads)
+    assert (
+        f"the critic explains {ev(reads)} of the return variance over the last 10 steps on seeds 0-2 ({ev(separate)}"
+        in PROSE
+    )
+    assert f"with accuracy gains of {gain(reads)} points ({gain(separate)} without), in {walls} s" in PROSE
+    ev_met = all(r["ev_last10"] >= 0.3 and r["wall_s"] <= 180 for r in reads)
+    low = [r for r in reads if 100 * (r["after"] - r["before"]) < 60]
+    assert ev_met and "within 180 s, **is met**" in PROSE
+    assert [r["seed"] for r in low] == [2] and f"seed 2 gains {gain(low)}, the most" in PROSE

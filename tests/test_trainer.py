@@ -87,6 +87,7 @@ def test_ratio_check_fires_when_training_forward_differs(tiny_model_path, tiny_o
         "old_values": ro.values,
         "advantages": torch.ones_like(ro.values),
         "returns": torch.zeros_like(ro.values),
+        "policy_features": ro.policy_features,  # the cpu preset's critic reads the policy
         "keep": ro.keep,
     }
     minibatch_update(tr.actor, tr.optimizer, mb, temperature=0.7, ratio_tol=1e-4)  # consistent: passes
@@ -99,6 +100,7 @@ def test_ratio_check_fires_when_training_forward_differs(tiny_model_path, tiny_o
         mask=ro2.mask,
         old_logprobs=ro2.logprobs,
         old_values=ro2.values,
+        policy_features=ro2.policy_features,
         keep=ro2.keep,
         advantages=torch.ones_like(ro2.values),
         returns=torch.zeros_like(ro2.values),
@@ -240,11 +242,15 @@ def test_response_length_and_eos_rate_are_per_response_means(tiny_model_path, ti
                     ro.response_ids[b, n - 1] = eos
                     ro.mask[b, n:] = False
                     ro.attention_mask[b, ro.prompt_len + n :] = 0
+                else:  # to the limit, whether or not it sampled an EOS
+                    ro.response_ids[b] = torch.where(ro.response_ids[b] == eos, letter, ro.response_ids[b])
+                    ro.mask[b] = True
+                    ro.attention_mask[b, ro.prompt_len :] = 1
         return ro
 
     monkeypatch.setattr(trainer, "sample", ending_early)
     tr = PPOTrainer(load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "run", 1)))
-    eos = tr.tokenizer.eos_token_id
+    eos, letter = tr.tokenizer.eos_token_id, tr.tokenizer.convert_tokens_to_ids("a")
     m = tr.step()
     assert m["rollout/response_length"] == pytest.approx(3.5)
     assert m["rollout/eos_rate"] == pytest.approx(0.75)
