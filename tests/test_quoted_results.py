@@ -84,6 +84,18 @@ def test_the_end_of_run_oracle_in_the_readme_is_the_saved_one():
     assert f"the run's own critic {trained:+.2f}" in PROSE
 
 
+def test_the_end_of_run_oracle_of_the_critic_that_reads_the_policy_is_the_saved_one():
+    out = json.loads((RESULTS / "critic_oracle_end_reads.json").read_text())
+    printed = critic.oracle_report(out)
+    assert out["config"] == "separate+reads_policy" and printed in README, printed
+    best, trained = out["ev"]["mc/best"], out["ev"]["mc/trained"]
+    assert f"Its critic explains {trained:+.2f} of these held-out returns' variance" in PROSE
+    assert f"this (slightly different) final policy explains {best:+.2f}" in PROSE
+    drop = [(tok, v) for tok, v, _ in out["example"]]
+    i = next(t for t in range(1, len(drop)) if drop[t][1] < drop[t - 1][1] - 0.3)  # the first sharp drop
+    assert f"from {drop[i - 1][1]:+.2f} to {drop[i][1]:+.2f} at once" in PROSE and drop[i - 1][0] == "#"
+
+
 def test_the_readme_algorithm_comparison_is_the_saved_one():
     results = json.loads((RESULTS / "compare_algos_short.json").read_text())
     out = io.StringIO()
