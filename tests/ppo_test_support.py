@@ -16,3 +16,46 @@ def _tiny_overrides(model_path: str, out_dir, steps: int = 2, *extra: str) -> li
         "train.progress=false",
         *extra,
     ]
+
+
+def resumed_run_repeats_the_full_one(make, tmp_path, stop_after: int):
+    """Train ``make(out)`` (a PPOTrainer in folder ``out``) in full; train another, stop after ``stop_after`` steps,
+    save ``step_<stop_after>`` and resume it from a third trainer. Asserts the resumed run logs the full run's
+    metrics (wall times aside); returns (the full trainer, its logged PPO steps)."""
+    from ppo_core.run.metrics import read_metrics
+
+    full = make(tmp_path / "a")
+    full.reward_fn = lambda completion, answer: float(len(completion) % 3)
+    full.train()
+    want = [r for r in read_metrics(full.out) if "rollout/reward_mean" in r]
+    stopped = make(tmp_path / "b")
+    stopped.reward_fn = full.reward_fn
+    for _ in range(stop_after):
+        stopped.step()
+    stopped.save_checkpoint(f"step_{stop_after}")
+    stopped.logger.close()
+    again = make(tmp_path / "b", f"train.resume={stopped.out / f'step_{stop_after}'}")
+    again.reward_fn = full.reward_fn
+    again.train()
+    got = [r for r in read_metrics(again.out) if "rollout/reward_mean" in r]
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rs]  # noqa: E731
+    assert strip(got) == strip(want)
+    return full, want
+
+
+def resuming_with_the_other_setting_fails(make, tmp_path, key: str) -> None:
+    """A checkpoint saved with ``key=true`` refuses a run with ``key=false`` and the other way round: a one-line
+    ConfigError naming the setting to resume with, after the warning that names the config's change.
+    ``make(out, *overrides)`` builds a PPOTrainer whose overrides come last."""
+    import pytest
+
+    from ppo_core.run.config import ConfigError
+
+    differ = pytest.warns(UserWarning, match="differ from its run")
+    for saved, other in (("true", "false"), ("false", "true")):
+        tr = make(tmp_path / f"saved_{saved}", f"{key}={saved}")
+        path = tr.save_checkpoint("step_0")
+        tr.logger.close()
+        with pytest.raises(ConfigError, match=f"{key}={saved}") as err, differ:
+            make(tmp_path / f"resumed_{other}", f"{key}={other}", f"train.resume={path}")
+        assert "\n" not in str(err.value)

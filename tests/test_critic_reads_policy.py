@@ -20,7 +20,7 @@ from ppo_core.model import (
     policy_features,
     position_ids_from_mask,
 )
-from ppo_core.run.config import ConfigError, load_config
+from ppo_core.run.config import load_config
 from ppo_core.tasks.tiny import build_char_tokenizer, build_tiny_model
 from ppo_core.trainer import PPOTrainer
 from ppo_core.update import ppo_loss, value_update
@@ -190,27 +190,13 @@ def test_scoring_fills_the_features_and_the_fast_path_agrees(tiny_model_path, tm
 
 
 def test_checkpoint_holds_the_reader_and_resume_continues_exactly(tiny_model_path, tmp_path):
-    from ppo_core.run.metrics import read_metrics
+    from ppo_test_support import resumed_run_repeats_the_full_one
 
     extra = ("train.save_every=1", "train.keep_last=5", "ppo.value_lr=1e-2", "ppo.value_warmup_steps=1")
-    full = PPOTrainer(_cfg(tiny_model_path, tmp_path / "a", 2, *extra))
-    full.reward_fn = lambda completion, answer: float(len(completion) % 3)
-    full.train()
-    want = [r for r in read_metrics(full.out) if "rollout/reward_mean" in r]
+    make = lambda out, *more: PPOTrainer(_cfg(tiny_model_path, out, 2, *extra, *more))  # noqa: E731
+    full, _ = resumed_run_repeats_the_full_one(make, tmp_path, stop_after=2)  # the warm-up step and one PPO step
     assert (full.out / "step_2" / POLICY_READER_FILE).is_file()
     assert full.actor.policy_reader[2].weight.abs().sum() > 0  # the warm-up and the updates trained it
-    stopped = PPOTrainer(_cfg(tiny_model_path, tmp_path / "b", 2, *extra))
-    stopped.reward_fn = full.reward_fn
-    stopped.step()
-    stopped.step()
-    stopped.save_checkpoint("step_2")
-    stopped.logger.close()
-    again = PPOTrainer(_cfg(tiny_model_path, tmp_path / "b", 2, *extra, f"train.resume={stopped.out / 'step_2'}"))
-    again.reward_fn = full.reward_fn
-    again.train()
-    got = [r for r in read_metrics(again.out) if "rollout/reward_mean" in r]
-    strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rs]  # noqa: E731
-    assert strip(got) == strip(want)
     loaded = ActorWithValueHead.from_pretrained(str(full.out / "step_3"))
     assert loaded.policy_reader is not None
     for k, v in full.actor.state_dict().items():
@@ -218,28 +204,10 @@ def test_checkpoint_holds_the_reader_and_resume_continues_exactly(tiny_model_pat
 
 
 def test_resuming_with_the_other_setting_is_a_one_line_error(tiny_model_path, tmp_path):
-    from ppo_test_support import _tiny_overrides
+    from ppo_test_support import resuming_with_the_other_setting_fails
 
-    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path / "reads", 1))
-    path = tr.save_checkpoint("step_0")
-    tr.logger.close()
-    plain = load_config(
-        "cpu",
-        _tiny_overrides(
-            tiny_model_path, tmp_path / "plain", 1, "ppo.critic_reads_policy=false", f"train.resume={path}"
-        ),
-    )
-    differ = pytest.warns(UserWarning, match="differ from its run")
-    with pytest.raises(ConfigError, match="ppo.critic_reads_policy=true") as err, differ:
-        PPOTrainer(plain)
-    assert "\n" not in str(err.value)
-    tr = PPOTrainer(
-        load_config("cpu", _tiny_overrides(tiny_model_path, tmp_path / "plain2", 1, "ppo.critic_reads_policy=false"))
-    )
-    path = tr.save_checkpoint("step_0")
-    tr.logger.close()
-    with pytest.raises(ConfigError, match="ppo.critic_reads_policy=false"), differ:
-        PPOTrainer(_cfg(tiny_model_path, tmp_path / "reads2", 1, f"train.resume={path}"))
+    make = lambda out, *more: PPOTrainer(_cfg(tiny_model_path, out, 1, *more))  # noqa: E731
+    resuming_with_the_other_setting_fails(make, tmp_path, "ppo.critic_reads_policy")
 
 
 def test_lora_checkpoints_carry_the_reader(tiny_model_path, tmp_path):

@@ -192,25 +192,12 @@ def test_fast_scoring_path_gives_the_same_values(tiny_model_path, tmp_path):
 
 def test_checkpoint_holds_the_critic_and_resume_continues_exactly(tiny_model_path, tmp_path):
     """Stopped after step 1 and resumed, the run repeats an uninterrupted one's metrics; the folder has critic/."""
-    from ppo_core.run.metrics import read_metrics
+    from ppo_test_support import resumed_run_repeats_the_full_one
 
     extra = ("train.save_every=1", "train.keep_last=5", "ppo.value_lr=1e-3")
-    full = PPOTrainer(_cfg(tiny_model_path, tmp_path / "a", 2, *extra))
-    full.reward_fn = lambda completion, answer: float(len(completion) % 3)
-    full.train()
-    want = [r for r in read_metrics(full.out) if "rollout/reward_mean" in r]
+    make = lambda out, *more: PPOTrainer(_cfg(tiny_model_path, out, 2, *extra, *more))  # noqa: E731
+    full, want = resumed_run_repeats_the_full_one(make, tmp_path, stop_after=1)
     assert (full.out / "step_1" / CRITIC_DIR / "config.json").is_file()
-    stopped = PPOTrainer(_cfg(tiny_model_path, tmp_path / "b", 2, *extra))
-    stopped.reward_fn = full.reward_fn
-    stopped.step()
-    stopped.save_checkpoint("step_1")
-    stopped.logger.close()
-    again = PPOTrainer(_cfg(tiny_model_path, tmp_path / "b", 2, *extra, f"train.resume={stopped.out / 'step_1'}"))
-    again.reward_fn = full.reward_fn
-    again.train()
-    got = [r for r in read_metrics(again.out) if "rollout/reward_mean" in r]
-    strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rs]  # noqa: E731
-    assert strip(got) == strip(want)
     assert any(r["value/loss"] > 0 for r in want)
     loaded = ActorWithValueHead.from_pretrained(str(full.out / "step_2"))  # the saved folder, critic and all
     for k, v in full.actor.state_dict().items():
@@ -218,26 +205,10 @@ def test_checkpoint_holds_the_critic_and_resume_continues_exactly(tiny_model_pat
 
 
 def test_resuming_with_the_other_critic_setting_is_a_one_line_error(tiny_model_path, tmp_path):
-    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path / "sep", 1))
-    path = tr.save_checkpoint("step_0")
-    tr.logger.close()
-    from ppo_test_support import _tiny_overrides
+    from ppo_test_support import resuming_with_the_other_setting_fails
 
-    shared = load_config(
-        "cpu",
-        _tiny_overrides(tiny_model_path, tmp_path / "shared", 1, "ppo.separate_critic=false", f"train.resume={path}"),
-    )
-    differ = pytest.warns(UserWarning, match="differ from its run")  # the config's change is named first
-    with pytest.raises(ConfigError, match="ppo.separate_critic=true") as err, differ:
-        PPOTrainer(shared)
-    assert "\n" not in str(err.value)
-    tr = PPOTrainer(
-        load_config("cpu", _tiny_overrides(tiny_model_path, tmp_path / "shared2", 1, "ppo.separate_critic=false"))
-    )
-    path = tr.save_checkpoint("step_0")
-    tr.logger.close()
-    with pytest.raises(ConfigError, match="ppo.separate_critic=false"), differ:
-        PPOTrainer(_cfg(tiny_model_path, tmp_path / "sep2", 1, f"train.resume={path}"))
+    make = lambda out, *more: PPOTrainer(_cfg(tiny_model_path, out, 1, *more))  # noqa: E731
+    resuming_with_the_other_setting_fails(make, tmp_path, "ppo.separate_critic")
 
 
 def test_lora_with_a_separate_critic_is_refused():
