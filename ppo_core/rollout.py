@@ -293,7 +293,7 @@ def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int, promp
     if cached is None:
         cached = torch.cat(logprobs), _cat_values(values), torch.cat(features) if reads else None
     ro.logprobs, values, ro.policy_features = cached
-    ro.values = actor.read_policy(values, ro.policy_features) if reads else values
+    ro.values = actor.read_policy(values, ro.policy_features)  # unchanged unless ppo.critic_reads_policy
     ro.ref_logprobs = torch.cat(ref_logprobs)
     return ro
 

@@ -48,8 +48,7 @@ def ppo_loss(
     logits, values = actor(mb["input_ids"], mb["attention_mask"], pos, keep=mb["keep"])  # (B, T, V), (B, T)
     logprobs = logprobs_from_logits(logits, mb["response_ids"], temperature)  # (B, T)
     mask = mb["mask"]
-    if getattr(actor, "policy_reader", None) is not None:  # ppo.critic_reads_policy: the rollout's features
-        values = actor.read_policy(values, mb.get("policy_features"))
+    values = actor.read_policy(values, mb.get("policy_features"))  # unchanged unless ppo.critic_reads_policy
     agg = {} if loss_agg_mode == "token-mean" else {"loss_agg_mode": loss_agg_mode, "norm_len": loss_norm_len}
     pg_loss, pg_stats = policy_loss(logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps, **agg)
     loss, extra = pg_loss, {}
@@ -177,8 +176,7 @@ def value_update(actor, optimizer, mb: dict, *, vf_clip_eps: float = 0.2, max_gr
         with torch.no_grad(), autocast(mb["input_ids"].device, actor.compute_dtype):
             _, hidden = actor.logits_fn(actor.lm, mb["input_ids"], mb["attention_mask"], pos, mb["keep"])  # (B, T, H)
         values = actor.head_values(hidden)  # (B, T)
-    if getattr(actor, "policy_reader", None) is not None:  # ppo.critic_reads_policy: the rollout's features
-        values = actor.read_policy(values, mb.get("policy_features"))
+    values = actor.read_policy(values, mb.get("policy_features"))  # unchanged unless ppo.critic_reads_policy
     loss, stats = value_loss(values, mb["old_values"], mb["returns"], mb["mask"], vf_clip_eps)
     loss.backward()
     grad_norm = clip(actor.critic_parameters(), max_grad_norm)

@@ -5,6 +5,7 @@ policy's distribution over token t), never of token t itself, or the value would
 reader adds 0 at first and is trained by the value loss alone, in the critic's optimizer group; scoring fills
 the features (the fast path the same as the full forwards) and the update and the value warm-up read the
 rollout's; checkpoints and resume carry the reader, and resuming with the other setting is a one-line error.
+(Ranks pad the features with the rest of the rollout: tests/test_distributed.py.)
 """
 
 import copy
@@ -13,6 +14,7 @@ import math
 import pytest
 import torch
 
+from ppo_core.logprobs import logprobs_from_logits
 from ppo_core.model import (
     POLICY_FEATURES,
     POLICY_READER_FILE,
@@ -38,7 +40,7 @@ def _score(actor, ids, P, mask, temperature=1.0):
     keep = slice(P - 1, ids.shape[1] - 1)
     with torch.no_grad():
         logits, values = actor(ids, attn, position_ids_from_mask(attn), keep=keep)
-    logp = torch.log_softmax(logits / temperature, -1).gather(-1, ids[:, P:, None]).squeeze(-1)
+    logp = logprobs_from_logits(logits, ids[:, P:], temperature)
     return logits, logp, values, policy_features(logits, logp, mask, temperature)
 
 
@@ -224,26 +226,3 @@ def test_lora_checkpoints_carry_the_reader(tiny_model_path, tmp_path):
     lora.load_actor(other.actor, tmp_path / "ckpt")
     for k, v in tr.actor.policy_reader.state_dict().items():
         assert torch.equal(other.actor.policy_reader.state_dict()[k], v), k
-
-
-def test_ranks_pad_the_features_with_the_responses():
-    from ppo_core.rollout import Rollout
-    from ppo_core.run.distributed import _pad_rollout
-
-    B, P, T = 2, 3, 4
-    ro = Rollout(
-        input_ids=torch.ones(B, P + T, dtype=torch.long),
-        attention_mask=torch.ones(B, P + T, dtype=torch.long),
-        prompt_len=P,
-        response_ids=torch.ones(B, T, dtype=torch.long),
-        mask=torch.ones(B, T, dtype=torch.bool),
-        scores=torch.zeros(B),
-        logprobs=torch.zeros(B, T),
-        values=torch.zeros(B, T),
-        ref_logprobs=torch.zeros(B, T),
-        policy_features=torch.rand(B, T, len(POLICY_FEATURES)),
-    )
-    padded = _pad_rollout(ro, P + 1, T + 2, pad_id=0)
-    assert padded["policy_features"].shape == (B, T + 2, len(POLICY_FEATURES))
-    torch.testing.assert_close(padded["policy_features"][:, :T], ro.policy_features, rtol=0, atol=0)
-    assert not padded["policy_features"][:, T:].any()

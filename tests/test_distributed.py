@@ -222,6 +222,7 @@ def test_gathered_rows_are_padded_with_masked_out_positions():
         values=torch.tensor([[0.5, 0.75]]),
         ref_logprobs=torch.tensor([[-1.0, -2.0]]),
         scores=torch.tensor([1.0]),
+        policy_features=torch.full((1, 2, 6), 0.5),  # ppo.critic_reads_policy: (B, T, 6)
     )
     padded = _pad_rollout(ro, prompt_len=4, response_len=3, pad_id=0)
     assert padded["input_ids"].tolist() == [[0, 0, 5, 6, 7, 8, 0]]
@@ -230,3 +231,4 @@ def test_gathered_rows_are_padded_with_masked_out_positions():
     assert padded["logprobs"].tolist() == [[-0.5, -0.25, 0.0]]
     assert padded["ref_logprobs"].tolist() == [[-1.0, -2.0, 0.0]]
     assert padded["values"].tolist() == [[0.5, 0.75, 0.0]] and padded["scores"].tolist() == [1.0]
+    assert padded["policy_features"].tolist() == [[[0.5] * 6, [0.5] * 6, [0.0] * 6]]
