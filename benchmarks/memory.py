@@ -1,6 +1,7 @@
 """Memory of one PPO step for Qwen2.5-0.5B- and 1.5B-shaped models, per component, measured next to the formula.
 
     /work/bin/heavy .venv/bin/python benchmarks/memory.py [--batch 2] [--prompt 64] [--response 32]
+    .venv/bin/python benchmarks/memory.py --policy-features [--batch 16] [--response 256]
 
 The shapes are Qwen2.5's public config.json numbers (random init, nothing downloaded):
 
@@ -33,6 +34,7 @@ context (~0.3-0.5 GB) and the allocator's fragmentation, which a CPU run cannot 
 
 import argparse
 import gc
+import multiprocessing
 import resource
 import sys
 import time
@@ -188,15 +190,63 @@ def ppo_step_peak_rss(shape: dict, B: int, P: int, T: int) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
 
 
+def _features_peak(B: int, T: int, V: int, all_rows: bool, out) -> None:
+    """In a fresh process: bf16 (B, T, V) logits, then ``policy_features`` on them; sends the growth of the
+    process's peak RSS in bytes. ``all_rows``: the one-shot (B, T, V) float32 log-softmax it used before."""
+    from ppo_core.model import policy_features
+
+    torch.manual_seed(0)
+    logits = torch.empty(B, T, V, dtype=torch.bfloat16).normal_(0, 3)  # no float32 temporary
+    logprobs, mask = torch.randn(B, T).clamp(max=0), torch.ones(B, T)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if all_rows:
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        _ = logp.max(-1).values.exp(), -(logp.exp() * logp).sum(-1)  # what the features took, all rows at once
+    else:
+        policy_features(logits, logprobs, mask)
+    out.put((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)  # ru_maxrss: KiB on Linux
+
+
+def policy_features_peaks(B: int, T: int, V: int = 151936) -> dict:
+    """The extra peak memory (bytes) of ``ppo.critic_reads_policy``'s features at scoring time, all rows at once
+    (key True) and row by row as ``model.policy_features`` does (False), each measured in a process of its own."""
+    ctx = multiprocessing.get_context("spawn")
+    peaks = {}
+    for all_rows in (True, False):
+        q = ctx.Queue()
+        p = ctx.Process(target=_features_peak, args=(B, T, V, all_rows, q))
+        p.start()
+        peaks[all_rows] = q.get()
+        p.join()
+    return peaks
+
+
+def policy_features_report(B: int, T: int, V: int = 151936) -> str:
+    peaks, logits = policy_features_peaks(B, T, V), B * T * V * 2
+    return (f"policy_features on bf16 logits of {B} x {T} x {V} ({logits / GB:.2f} GiB), extra peak RSS:\n"
+            f"  all rows at once (one (B, T, V) float32 log-softmax): {peaks[True] / GB:6.2f} GiB\n"
+            f"  row by row (model.policy_features):                   {peaks[False] / GB:6.2f} GiB")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=2, help="sequences per minibatch (and per rollout here)")
+    ap.add_argument("--batch", type=int, help="sequences per minibatch (and per rollout here); default 2 (16 with "
+                    "--policy-features, the cuda preset's scoring chunk)")  # fmt: skip
     ap.add_argument("--prompt", type=int, default=64, help="prompt tokens P")
-    ap.add_argument("--response", type=int, default=32, help="response tokens T")
+    ap.add_argument("--response", type=int, help="response tokens T; default 32 (256 with --policy-features, "
+                    "the cuda preset's max_new_tokens)")  # fmt: skip
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES))
+    ap.add_argument(
+        "--policy-features",
+        action="store_true",
+        help="instead: the extra peak memory of "
+        "ppo.critic_reads_policy's features at scoring time on Qwen2.5's vocabulary",
+    )
     args = ap.parse_args()
+    if args.policy_features:
+        return print(policy_features_report(args.batch or 16, args.response or 256))
     torch.set_num_threads(2)
-    B, P, T = args.batch, args.prompt, args.response
+    B, P, T = args.batch or 2, args.prompt, args.response or 32
     print(f"batch B={B}, prompt P={P}, response T={T}; torch {torch.__version__}, CPU; GiB = 2^30 bytes\n")
     for name in args.shapes:
         shape, t0 = SHAPES[name], time.perf_counter()

@@ -116,12 +116,17 @@ def policy_features(logits: torch.Tensor, logprobs: torch.Tensor, mask: torch.Te
     policy's distribution over it (its top probability and its entropy), not the token drawn. A value that reads
     them is still a function of the state, and so still a valid baseline. ``logprobs`` are the sampled tokens'
     at ``temperature`` (``rollout.score``); padding after a response's end counts as probability 1. Float32.
+
+    The next-token distribution is taken one row at a time: a float32 (T, V) log-softmax at a time rather than
+    (B, T, V) (on a 151,936-token vocabulary, ``benchmarks/memory.py --policy-features`` measures the difference).
     """
     lp = torch.where(mask.bool(), logprobs.float(), 0.0).clamp(min=-20.0)
     before = nn.functional.pad(lp, (1, 0))[:, :-1]  # (B, T): column t holds token t-1's log-probability
     least = torch.cummin(before, dim=1).values
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # (B, T, V)
-    top, entropy = logp.max(-1).values.exp(), -(logp.exp() * logp).sum(-1)
+    top, entropy = torch.empty_like(lp), torch.empty_like(lp)
+    for i, row in enumerate(logits):  # (T, V)
+        logp = torch.log_softmax(row.float() / temperature, dim=-1)
+        top[i], entropy[i] = logp.max(-1).values.exp(), -(logp.exp() * logp).sum(-1)
     return torch.stack([before.exp(), least.exp(), before / 5, before.cumsum(1) / 10, top, entropy / 3], dim=-1)
 
 

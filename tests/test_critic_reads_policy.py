@@ -10,6 +10,8 @@ rollout's; checkpoints and resume carry the reader, and resuming with the other 
 
 import copy
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -226,3 +228,15 @@ def test_lora_checkpoints_carry_the_reader(tiny_model_path, tmp_path):
     lora.load_actor(other.actor, tmp_path / "ckpt")
     for k, v in tr.actor.policy_reader.state_dict().items():
         assert torch.equal(other.actor.policy_reader.state_dict()[k], v), k
+
+
+def test_the_features_take_the_next_token_distribution_one_row_at_a_time():
+    """On a real vocabulary, all rows' float32 log-softmax at once costs several (B, T, V) tensors; the features
+    must cost about one row's (``benchmarks/memory.py --policy-features``: 6.96 -> 0.44 GiB at the cuda preset)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from memory import policy_features_peaks
+
+    peaks = policy_features_peaks(4, 64, 151936)  # one float32 (B, T, V) tensor: 156 MB
+    one = 4 * 64 * 151936 * 4
+    assert peaks[True] > 2 * one, f"the all-rows reference should take several (B, T, V) tensors: {peaks}"
+    assert peaks[False] < one, f"policy_features should take about a row at a time, not the batch: {peaks}"

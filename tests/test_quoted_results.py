@@ -96,6 +96,18 @@ def test_the_end_of_run_oracle_of_the_critic_that_reads_the_policy_is_the_saved_
     assert f"from {drop[i - 1][1]:+.2f} to {drop[i][1]:+.2f} at once" in PROSE and drop[i - 1][0] == "#"
 
 
+def test_the_policy_features_memory_in_the_readme_is_the_saved_measurement():
+    saved = (RESULTS / "policy_features_memory.txt").read_text()
+    assert saved in README, f"the README's policy_features memory block is not the saved one:\n{saved}"
+    from ppo_core.run.config import load_config
+
+    cuda = load_config("cuda")  # rollout.score takes chunks of ppo.minibatch_size rows
+    chunk = f"{cuda.ppo.minibatch_size} x {cuda.rollout.max_new_tokens} x 151936 "
+    assert saved.startswith(f"policy_features on bf16 logits of {chunk}"), f"not the cuda preset's chunk: {chunk}"
+    all_rows, row_by_row = (float(m) for m in re.findall(r"([\d.]+) GiB$", saved, re.M))
+    assert row_by_row < all_rows / 4, saved
+
+
 def test_the_readme_algorithm_comparison_is_the_saved_one():
     results = json.loads((RESULTS / "compare_algos_short.json").read_text())
     out = io.StringIO()
