@@ -192,19 +192,28 @@ def ppo_step_peak_rss(shape: dict, B: int, P: int, T: int) -> float:
 
 def _features_peak(B: int, T: int, V: int, all_rows: bool, out) -> None:
     """In a fresh process: bf16 (B, T, V) logits, then ``policy_features`` on them; sends the growth of the
-    process's peak RSS in bytes. ``all_rows``: the one-shot (B, T, V) float32 log-softmax it used before."""
+    process's peak RSS over its RSS just before, in bytes (Linux: /proc/self). ``all_rows``: the one-shot
+    (B, T, V) float32 log-softmax it used before."""
     from ppo_core.model import policy_features
 
     torch.manual_seed(0)
     logits = torch.empty(B, T, V, dtype=torch.bfloat16).normal_(0, 3)  # no float32 temporary
     logprobs, mask = torch.randn(B, T).clamp(max=0), torch.ones(B, T)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    gc.collect()
+    Path("/proc/self/clear_refs").write_text("5")  # Linux: the peak RSS (VmHWM) restarts from the RSS now
+    before = _status_kib("VmRSS")
     if all_rows:
         logp = torch.log_softmax(logits.float(), dim=-1)
         _ = logp.max(-1).values.exp(), -(logp.exp() * logp).sum(-1)  # what the features took, all rows at once
     else:
         policy_features(logits, logprobs, mask)
-    out.put((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)  # ru_maxrss: KiB on Linux
+    out.put((_status_kib("VmHWM") - before) * 1024)
+
+
+def _status_kib(field: str) -> int:
+    """A memory field of /proc/self/status (VmRSS: resident now; VmHWM: peak resident), in KiB."""
+    line = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith(field + ":"))
+    return int(line.split()[1])
 
 
 def policy_features_peaks(B: int, T: int, V: int = 151936) -> dict:
