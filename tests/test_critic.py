@@ -334,3 +334,35 @@ def test_monte_carlo_continuations_stop_at_the_response_limit(tiny_model_path, t
 
     monte_carlo_values(tr.actor.lm, tr.tokenizer, tr.prompts(records), ro, length, k=2)
     assert lengths and max(lengths) <= T
+
+
+def test_resuming_with_value_lr_switched_on_or_off_is_a_one_line_error(tiny_model_path, tmp_path):
+    """value_lr 0 builds one optimizer group, > 0 two: a checkpoint of the other kind names the setting to use."""
+    from ppo_core.run.config import ConfigError
+
+    for saved, other in (("0", "1e-3"), ("1e-3", "0")):
+        tr = PPOTrainer(_cfg(tiny_model_path, tmp_path / f"saved_{saved}", 1, f"ppo.value_lr={saved}"))
+        path = tr.save_checkpoint("step_0")
+        tr.logger.close()
+        resumed = _cfg(
+            tiny_model_path, tmp_path / f"resumed_{saved}", 1, f"ppo.value_lr={other}", f"train.resume={path}"
+        )
+        with pytest.raises(ConfigError, match=f"resume it with ppo.value_lr={float(saved)}$") as err:
+            with pytest.warns(UserWarning, match="differ from its run"):
+                PPOTrainer(resumed)
+        groups = 1 if saved == "0" else 2
+        assert "\n" not in str(err.value) and f"optimizer has {groups} parameter group(s)" in str(err.value)
+
+
+def test_a_resumed_run_trains_at_this_run_s_learning_rates_with_the_saved_moments(tiny_model_path, tmp_path):
+    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path / "saved", 2, "ppo.lr=1e-4", "ppo.value_lr=1e-3"))
+    tr.train()
+    path = tr.out / "final"
+    moments = {k: v["exp_avg"].clone() for k, v in tr.optimizer.state_dict()["state"].items()}
+    tr.logger.close()
+    again = _cfg(tiny_model_path, tmp_path / "resumed", 3, "ppo.lr=5e-5", "ppo.value_lr=2e-3", f"train.resume={path}")
+    with pytest.warns(UserWarning, match="differ from its run"):
+        resumed = PPOTrainer(again)
+    assert [g["lr"] for g in resumed.optimizer.param_groups] == [5e-5, 2e-3]  # not the checkpoint's 1e-4, 1e-3
+    state = resumed.optimizer.state_dict()["state"]
+    assert moments and all(torch.equal(state[k]["exp_avg"], v) for k, v in moments.items())

@@ -136,7 +136,21 @@ def load_checkpoint(trainer, path) -> None:
     except ValueError as err:
         raise ConfigError(str(err)) from None
     optimizer_state = torch.load(path / "optimizer.pt", map_location=trainer.device, weights_only=False)
-    trainer.optimizer.load_state_dict(optimizer_state)
+    lrs = [group["lr"] for group in trainer.optimizer.param_groups]  # this run's settings
+    saved, here = len(optimizer_state["param_groups"]), len(lrs)
+    if saved != here:  # one group at ppo.lr, or a second at ppo.value_lr (run/setup.py param_groups)
+        value_lr = (state.get("config") or {}).get("ppo", {}).get("value_lr", "its value")
+        raise ConfigError(
+            f"{path}'s optimizer has {saved} parameter group(s) and this run's settings give {here} "
+            f"(ppo.value_lr > 0 adds the critic's): resume it with ppo.value_lr={value_lr}"
+        )
+    try:
+        trainer.optimizer.load_state_dict(optimizer_state)
+    except ValueError as err:  # e.g. a group of another size: the checkpoint trains other parameters
+        raise ConfigError(f"{path}'s optimizer state does not fit this run's parameters ({err}): resume it with the "
+                          "settings it was saved with") from None  # fmt: skip
+    for group, lr in zip(trainer.optimizer.param_groups, lrs):
+        group["lr"] = lr  # load_state_dict brought back the saved learning rates; a changed ppo.lr/value_lr wins
     trainer.step_count, trainer.kl_ctl.value = state["step"], state["kl_coef"]
     torch.set_rng_state(state["torch_rng"])
     trainer.shuffle_gen.set_state(state["shuffle_rng"])
