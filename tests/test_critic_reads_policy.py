@@ -230,6 +230,7 @@ def test_lora_checkpoints_carry_the_reader(tiny_model_path, tmp_path):
         assert torch.equal(other.actor.policy_reader.state_dict()[k], v), k
 
 
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="measures peak RSS through Linux's /proc/self")
 def test_the_features_take_the_next_token_distribution_one_row_at_a_time():
     """On a real vocabulary, all rows' float32 log-softmax at once costs several (B, T, V) tensors; the features
     must cost about one row's (``benchmarks/memory.py --policy-features``: 6.96 -> 0.44 GiB at the cuda preset)."""
