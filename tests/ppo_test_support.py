@@ -43,19 +43,21 @@ def resumed_run_repeats_the_full_one(make, tmp_path, stop_after: int):
     return full, want
 
 
-def resuming_with_the_other_setting_fails(make, tmp_path, key: str) -> None:
-    """A checkpoint saved with ``key=true`` refuses a run with ``key=false`` and the other way round: a one-line
-    ConfigError naming the setting to resume with, after the warning that names the config's change.
-    ``make(out, *overrides)`` builds a PPOTrainer whose overrides come last."""
+def resuming_with_the_other_setting_fails(make, tmp_path, key: str, values=("true", "false")) -> list:
+    """A checkpoint saved with ``key=`` one of ``values`` refuses a run with the other and the other way round: a
+    one-line ConfigError naming the setting to resume with, after the warning that names the config's change.
+    ``make(out, *overrides)`` builds a PPOTrainer whose overrides come last. Returns the two errors' texts."""
     import pytest
 
     from ppo_core.run.config import ConfigError
 
-    differ = pytest.warns(UserWarning, match="differ from its run")
-    for saved, other in (("true", "false"), ("false", "true")):
+    differ, errors = pytest.warns(UserWarning, match="differ from its run"), []
+    for saved, other in (values, values[::-1]):
         tr = make(tmp_path / f"saved_{saved}", f"{key}={saved}")
         path = tr.save_checkpoint("step_0")
         tr.logger.close()
         with pytest.raises(ConfigError, match=f"{key}={saved}") as err, differ:
             make(tmp_path / f"resumed_{other}", f"{key}={other}", f"train.resume={path}")
         assert "\n" not in str(err.value)
+        errors.append(str(err.value))
+    return errors

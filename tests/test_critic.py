@@ -338,20 +338,13 @@ def test_monte_carlo_continuations_stop_at_the_response_limit(tiny_model_path, t
 
 def test_resuming_with_value_lr_switched_on_or_off_is_a_one_line_error(tiny_model_path, tmp_path):
     """value_lr 0 builds one optimizer group, > 0 two: a checkpoint of the other kind names the setting to use."""
-    from ppo_core.run.config import ConfigError
+    from ppo_test_support import resuming_with_the_other_setting_fails
 
-    for saved, other in (("0", "1e-3"), ("1e-3", "0")):
-        tr = PPOTrainer(_cfg(tiny_model_path, tmp_path / f"saved_{saved}", 1, f"ppo.value_lr={saved}"))
-        path = tr.save_checkpoint("step_0")
-        tr.logger.close()
-        resumed = _cfg(
-            tiny_model_path, tmp_path / f"resumed_{saved}", 1, f"ppo.value_lr={other}", f"train.resume={path}"
-        )
-        with pytest.raises(ConfigError, match=f"resume it with ppo.value_lr={float(saved)}$") as err:
-            with pytest.warns(UserWarning, match="differ from its run"):
-                PPOTrainer(resumed)
-        groups = 1 if saved == "0" else 2
-        assert "\n" not in str(err.value) and f"optimizer has {groups} parameter group(s)" in str(err.value)
+    make = lambda out, *more: PPOTrainer(_cfg(tiny_model_path, out, 1, *more))  # noqa: E731
+    errors = resuming_with_the_other_setting_fails(make, tmp_path, "ppo.value_lr", values=("0.0", "0.001"))
+    assert [e.endswith(f"resume it with ppo.value_lr={v}") for e, v in zip(errors, ("0.0", "0.001"))] == [True] * 2
+    for e, groups in zip(errors, (1, 2)):
+        assert f"optimizer has {groups} parameter group(s)" in e
 
 
 def test_a_resumed_run_trains_at_this_run_s_learning_rates_with_the_saved_moments(tiny_model_path, tmp_path):
