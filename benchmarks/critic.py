@@ -20,6 +20,7 @@ points, <= 180 s on two cores.
 import argparse
 import json
 import os
+import platform
 
 # Busy-waiting OpenMP threads collapse on a shared machine (see ppo_core/run/cli.py); set before torch loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -69,6 +70,15 @@ def overrides_of(name: str) -> list[str]:
     """The full key=value list of a config name: ``TODAY`` updated with its overrides; or a 'k=v,k=v' spec."""
     extra = CONFIGS[name] if name in CONFIGS else dict(kv.split("=", 1) for kv in name.split(","))
     return [f"{k}={v}" for k, v in {**TODAY, **extra}.items()]
+
+
+def machine() -> dict:
+    """Where the runs ran. The same seed on another CPU is another run: matrix products and reductions add in an
+    order that depends on the CPU's vector kernels, and a last-bit difference grows over the warm start and PPO."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""  # Linux; else platform's
+    cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+    return {"cpu": cpu or platform.processor() or platform.machine(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch": torch.__version__, "threads": torch.get_num_threads()}  # fmt: skip
 
 
 def mean(xs: list[float]) -> float:
@@ -405,7 +415,7 @@ def main() -> None:
             Path(args.json).write_text(json.dumps(result, indent=1))
 
     def save_rows(rows: list[dict]) -> None:
-        save({"commands": [command], "rows": rows})
+        save({"commands": [command], "machine": machine(), "rows": rows})
 
     if args.long:
         return save_rows(long_runs(args.configs or list(LONG_CONFIGS), args.seeds[0], args.steps, args.overrides))
@@ -424,6 +434,7 @@ def main() -> None:
     for seed in args.seeds:  # cache the warm starts first: the timed runs are the PPO runs alone
         _warm_started_tiny(load_config("cpu", [f"train.seed={seed}", "train.progress=false", *args.overrides]))
     print(f"torch threads: {os.environ.get('OMP_NUM_THREADS', 'default')}; load before: {os.getloadavg()[0]:.2f}")
+    print(f"machine: {machine()}")
     print("| config | seed | EV first 10 | EV last 10 | value loss (last 10) | sampled accuracy | wall s |")
     print("|---|---|---|---|---|---|---|")
     rows = []

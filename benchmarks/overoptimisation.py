@@ -6,8 +6,9 @@
 Trains a small reward model on synthetic preference pairs (labelled by the gold reward), then runs PPO
 against it from the same warm start at each kl_coef, printing per step sqrt(KL), proxy, gold, rule, length.
 ``--seed`` seeds the warm start, the preference pairs, the reward model and PPO. ``--chapter`` uses chapter
-06's settings (60 reward-model steps on 256 pairs, a linear head, kl_coef 0 and 0.1, 24 PPO steps) and ends
-with the verdict of each of the chapter's assertions on this run, to see whether they hold beyond seed 0.
+06's settings (the rm_cpu preset's 150 reward-model steps on pairs from 512 prompts, 256 held-out prompts, a
+linear head, kl_coef 0 and 0.1, 24 PPO steps) and ends with the verdict of each of the chapter's assertions on
+this run, to see whether they hold beyond seed 0.
 """
 
 import argparse
@@ -65,8 +66,8 @@ def main():
     args = ap.parse_args()
     rm_extra = ["train.lr=1e-3"]
     if args.chapter:
-        args.kl, args.steps, args.rm_steps, args.pairs, args.hidden = [0.0, 0.1], 24, 60, 256, 0
-        args.batch, args.lr, args.epochs, rm_extra = 32, 3e-4, 4, ["data.eval_pairs=128"]
+        args.kl, args.steps, args.rm_steps, args.pairs, args.hidden = [0.0, 0.1], 24, 150, 512, 0
+        args.batch, args.lr, args.epochs, rm_extra = 32, 3e-4, 4, ["data.eval_pairs=256"]
     torch.set_num_threads(2)
     from ppo_core.run.overoptimisation import ppo_against_reward_model
 

@@ -112,6 +112,7 @@ def test_synthetic_default_path(tmp_path, capsys):
     assert main(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["train_pairs"] >= 1 and summary["heldout_pairs"] >= 1
+    assert summary["heldout_gold_pairs"] == 0 or 0 <= summary["heldout_gold_agreement"] <= 1
     rm = RewardModel.from_pretrained(out / "final")
     assert rm.norm_info == {"n": 16, "source": "synthetic"} and rm.std > 0
 
@@ -155,3 +156,27 @@ def test_synthetic_held_out_pairs_come_from_the_held_out_problems(monkeypatch):
     assert [p["prompt"] for p in pairs] == [r["question"] for r in train[:40]]
     assert [p["prompt"] for p in held] == [r["question"] for r in test[:10]]
     assert not {p["prompt"] for p in held} & {r["question"] for r in train}
+
+
+def test_gold_order_agreement_counts_only_pairs_whose_gold_differs():
+    """Agreement with the gold order: ties in gold are left out, the label's order (chosen first) is not used."""
+    from ppo_core.run.rm import gold_order_agreement
+
+    class Scores:  # raw_scores reads the score off the text: "p" + "s=<score>"
+        def raw_scores(self, texts):
+            return torch.tensor([float(t.split("=")[1]) for t in texts])
+
+    def pair(s_chosen, s_rejected, g_chosen, g_rejected):
+        return {"prompt": "p", "chosen": f"s={s_chosen}", "rejected": f"s={s_rejected}",
+                "gold_chosen": g_chosen, "gold_rejected": g_rejected}  # fmt: skip
+
+    pairs = [
+        pair(2, 1, 1.0, 0.1),  # RM and gold agree
+        pair(2, 1, 0.1, 1.0),  # the labeller chose the worse answer; the RM followed the label, not the gold
+        pair(1, 2, 0.1, 1.0),  # the RM ranks as the gold does, against the label
+        pair(5, 0, 0.1, 0.1),  # a gold tie: not counted
+        pair(1, 1, 1.0, 0.0),  # equal scores: not a right ranking
+    ]
+    assert gold_order_agreement(Scores(), pairs) == {"agreement": 2 / 4, "pairs": 4}
+    assert gold_order_agreement(Scores(), [pair(5, 0, 0.1, 0.1)]) == {"agreement": None, "pairs": 0}
+    assert gold_order_agreement(Scores(), [{"prompt": "p", "chosen": "s=1", "rejected": "s=0"}])["pairs"] == 0
