@@ -77,8 +77,9 @@ def machine() -> dict:
     order that depends on the CPU's vector kernels, and a last-bit difference grows over the warm start and PPO."""
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""  # Linux; else platform's
     cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
-    return {"cpu": cpu or platform.processor() or platform.machine(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "torch": torch.__version__, "threads": torch.get_num_threads()}  # fmt: skip
+    return {"cpu": cpu or platform.processor() or platform.machine(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            "threads": torch.get_num_threads()}  # fmt: skip
 
 
 def mean(xs: list[float]) -> float:

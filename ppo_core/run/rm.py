@@ -26,7 +26,16 @@ from omegaconf import OmegaConf
 
 from .config import ConfigError, WarmStartConfig, _merge
 
-__all__ = ["RMConfig", "load_rm_config", "fit_reward_model", "gold_order_agreement", "train_rm", "warm_start_path", "main", "RM_PRESETS"]
+__all__ = [
+    "RMConfig",
+    "load_rm_config",
+    "fit_reward_model",
+    "gold_order_agreement",
+    "train_rm",
+    "warm_start_path",
+    "main",
+    "RM_PRESETS",
+]
 
 RM_PRESETS = ("rm_cpu",)
 
