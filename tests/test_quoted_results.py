@@ -42,7 +42,8 @@ def _rows(name: str) -> list[dict]:
 
 
 def _critic_rows() -> list[dict]:
-    names = ("critic_cpu.json", "critic_saturation.json", "critic_cpu_more_seeds.json", "critic_policy_lr.json")
+    names = ("critic_cpu.json", "critic_saturation.json", "critic_cpu_more_seeds.json", "critic_policy_lr.json",
+             "critic_cpu_second_machine.json")  # fmt: skip
     return [r for name in names for r in _rows(name)]
 
 
@@ -320,3 +321,49 @@ def test_the_faster_policy_paragraph_quotes_its_saved_runs():
     assert f"(lr: 2.0e-4) gains {gain(fast)} but leaves the explained variance at {ev(fast)}" in preset
     cfg = load_config("cpu")
     assert cfg.ppo.lr == 1e-4 and "At twice the cpu preset's (`ppo.lr=2e-4`; 1e-4 in the preset)" in PROSE
+
+
+def test_the_second_machine_paragraphs_quote_its_saved_runs():
+    """*On another machine* and the Training section's note: the second machine's five seeds, both critics."""
+    saved = json.loads((RESULTS / "critic_cpu_second_machine.json").read_text())
+    m = saved["machine"]
+    assert m["cpu"] == "AMD EPYC" and m["cpu_capability"] == "AVX512" and m["threads"] == 2
+    assert "On this turn's machine (an AMD EPYC, torch's AVX512 kernels, two threads;" in PROSE
+    reads, today = (
+        _saved("critic_cpu_second_machine.json", "separate+reads_policy"),
+        _saved("critic_cpu_second_machine.json", "today"),
+    )
+    assert [r["seed"] for r in reads] == [r["seed"] for r in today] == [0, 1, 2, 3, 4]
+    for r in reads + today:
+        assert critic.row(r) in README, critic.row(r)
+    ev = lambda rows: " / ".join(f"{r['ev_last10']:+.2f}" for r in rows)  # noqa: E731
+    gain = lambda r: 100 * (r["after"] - r["before"])  # noqa: E731
+    gains = lambda rows: " / ".join(f"{gain(r):+.1f}" for r in rows)  # noqa: E731
+    assert f"the preset's explains {ev(reads)} of the returns' variance" in PROSE
+    assert f"course's first critic explains {ev(today)}. Three seeds of five reach 0.3: seed 2 falls short" in PROSE
+    assert [r["seed"] for r in reads if r["ev_last10"] < 0.3] == [2, 3] and all(r["ev_last10"] < 0 for r in today)
+    assert f"seed 3 by a hair ({reads[3]['ev_last10']:.3f}, printed as {reads[3]['ev_last10']:+.2f})" in PROSE
+    assert f"{gains(reads)} points with the preset's critic, {gains(today)} with the first" in PROSE
+    assert sum(gain(r) >= 60 for r in reads) == sum(gain(r) >= 60 for r in today) == 2
+    assert "+60 or more on two seeds of five with either" in PROSE
+    here = [gain(a) - gain(b) for a, b in zip(reads, today, strict=True)]
+    first = [
+        gain(a) - gain(b)
+        for a, b in zip(_saved("critic_cpu.json", "separate+reads_policy"), _saved("critic_cpu.json", "today"))
+    ]
+    assert f"moves by {min(here):+.1f} to {max(here):+.1f} points seed by seed here" in PROSE
+    assert f"({min(first):+.1f} to {max(first):+.1f} on the first machine)" in PROSE
+    seed0 = reads[0]
+    block = (
+        f"held-out sampled accuracy: {seed0['before']:.3f} -> {seed0['after']:.3f} ({gain(seed0):+.1f} points)\n"
+        f"critic explained variance, mean of the last 10 steps: {seed0['ev_last10']:.2f}\n"
+    )
+    assert block in README  # the README's training command is this row's run (the cpu preset, seed 0)
+    assert f"starts at {seed0['before']:.3f} held-out sampled accuracy here" in PROSE
+    assert (
+        f"the default command printed {seed0['before']:.3f} -> {seed0['after']:.3f} held-out sampled accuracy and an "
+        f"explained variance of {seed0['ev_last10']:.2f}" in PROSE
+    )
+    assert "on three seeds of five (*On another machine*, below)" in PROSE
+    preset = " ".join((ROOT / "ppo_core/run/configs/cpu.yaml").read_text().replace("#", " ").split())
+    assert f"it explains {ev(reads)} on seeds 0-4 against {ev(today)} for the course's first critic" in preset
