@@ -73,8 +73,8 @@ def overrides_of(name: str) -> list[str]:
 
 
 def machine() -> dict:
-    """Where the runs ran. The same seed on another CPU is another run: matrix products and reductions add in an
-    order that depends on the CPU's vector kernels, and a last-bit difference grows over the warm start and PPO."""
+    """Where the runs ran. The same seed on another CPU is another run: matrix products and reductions can add in
+    another order there (other vector kernels, another BLAS path), and a last-bit difference grows over the run."""
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""  # Linux; else platform's
     cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
     return {"cpu": cpu or platform.processor() or platform.machine(),
