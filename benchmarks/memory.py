@@ -2,6 +2,7 @@
 
     /work/bin/heavy .venv/bin/python benchmarks/memory.py [--batch 2] [--prompt 64] [--response 32]
     .venv/bin/python benchmarks/memory.py --policy-features [--batch 16] [--response 256]
+    .venv/bin/python benchmarks/memory.py --logprobs [--batch 16] [--response 256]
 
 The shapes are Qwen2.5's public config.json numbers (random init, nothing downloaded):
 
@@ -190,23 +191,36 @@ def ppo_step_peak_rss(shape: dict, B: int, P: int, T: int) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
 
 
-def _features_peak(B: int, T: int, V: int, all_rows: bool, out) -> None:
-    """In a fresh process: bf16 (B, T, V) logits, then ``policy_features`` on them; sends the growth of the
-    process's peak RSS over its RSS just before, in bytes (Linux: /proc/self). ``all_rows``: the one-shot
-    (B, T, V) float32 log-softmax it used before."""
+def _row_wise_peak(what: str, B: int, T: int, V: int, all_rows: bool, out) -> None:
+    """In a fresh process: bf16 (B, T, V) logits, then ``what`` on them (``features``: ``model.policy_features``, a
+    row at a time; ``logprobs``: ``logprobs_from_logits``; ``entropy``: ``entropy_from_logits``, as ``update`` logs
+    it; both in chunks of ``CHUNK_BYTES``); sends the growth of the process's peak RSS over its RSS just before, in
+    bytes (Linux: /proc/self). ``all_rows``: the one-shot (B, T, V) float32 form each used before."""
+    from ppo_core.logprobs import entropy_from_logits, logprobs_from_logits
     from ppo_core.model import policy_features
 
     torch.manual_seed(0)
     logits = torch.empty(B, T, V, dtype=torch.bfloat16).normal_(0, 3)  # no float32 temporary
-    logprobs, mask = torch.randn(B, T).clamp(max=0), torch.ones(B, T)
+    logprobs, mask, tokens = torch.randn(B, T).clamp(max=0), torch.ones(B, T), torch.randint(0, V, (B, T))
     gc.collect()
     Path("/proc/self/clear_refs").write_text("5")  # Linux: the peak RSS (VmHWM) restarts from the RSS now
     before = _status_kib("VmRSS")
-    if all_rows:
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        _ = logp.max(-1).values.exp(), -(logp.exp() * logp).sum(-1)  # what the features took, all rows at once
-    else:
-        policy_features(logits, logprobs, mask)
+    with torch.inference_mode():  # as at scoring time (rollout.score) and for the logged entropy
+        if what == "features" and all_rows:
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            _ = logp.max(-1).values.exp(), -(logp.exp() * logp).sum(-1)  # what the features took, all rows at once
+        elif what == "features":
+            policy_features(logits, logprobs, mask)
+        elif what == "logprobs" and all_rows:
+            torch.log_softmax(logits.float(), dim=-1).gather(-1, tokens.unsqueeze(-1))
+        elif what == "logprobs":
+            logprobs_from_logits(logits, tokens)
+        elif what == "entropy" and all_rows:
+            z = logits.float()
+            p = torch.softmax(z, dim=-1)
+            _ = torch.logsumexp(z, dim=-1) - torch.where(p > 0, p * z, 0.0).sum(dim=-1)
+        else:
+            entropy_from_logits(logits)
     out.put((_status_kib("VmHWM") - before) * 1024)
 
 
@@ -216,18 +230,23 @@ def _status_kib(field: str) -> int:
     return int(line.split()[1])
 
 
-def policy_features_peaks(B: int, T: int, V: int = 151936) -> dict:
-    """The extra peak memory (bytes) of ``ppo.critic_reads_policy``'s features at scoring time, all rows at once
-    (key True) and row by row as ``model.policy_features`` does (False), each measured in a process of its own."""
+def row_wise_peaks(what: str, B: int, T: int, V: int = 151936) -> dict:
+    """The extra peak memory (bytes) of ``what`` (features, logprobs or entropy) on bf16 (B, T, V) logits, all rows
+    at once (key True) and as the package takes them (False), each measured in a process of its own."""
     ctx = multiprocessing.get_context("spawn")
     peaks = {}
     for all_rows in (True, False):
         q = ctx.Queue()
-        p = ctx.Process(target=_features_peak, args=(B, T, V, all_rows, q))
+        p = ctx.Process(target=_row_wise_peak, args=(what, B, T, V, all_rows, q))
         p.start()
         peaks[all_rows] = q.get()
         p.join()
     return peaks
+
+
+def policy_features_peaks(B: int, T: int, V: int = 151936) -> dict:
+    """``ppo.critic_reads_policy``'s features at scoring time (``row_wise_peaks('features', ...)``)."""
+    return row_wise_peaks("features", B, T, V)
 
 
 def policy_features_report(B: int, T: int, V: int = 151936) -> str:
@@ -237,13 +256,28 @@ def policy_features_report(B: int, T: int, V: int = 151936) -> str:
             f"  row by row (model.policy_features):                   {peaks[False] / GB:6.2f} GiB")  # fmt: skip
 
 
+def logprobs_report(B: int, T: int, V: int = 151936) -> str:
+    """The token logprobs (scoring, and the training forward before autograd keeps its copy) and the logged entropy
+    (``update`` with ``ppo.ent_coef`` 0), all rows at once against the package's chunks."""
+    from ppo_core.logprobs import CHUNK_BYTES, _rows_per_chunk
+
+    rows = _rows_per_chunk(torch.empty(B, T, V, device="meta"))
+    lines = [f"on bf16 logits of {B} x {T} x {V} ({B * T * V * 2 / GB:.2f} GiB), extra peak RSS, all rows at once "
+             f"(float32 (B, T, V) copies) -> the package's chunks of <= {CHUNK_BYTES / 2**20:.0f} MiB of float32 "
+             f"logits ({rows} sequence{'s' if rows > 1 else ''} here):"]  # fmt: skip
+    for what, name in (("logprobs", "logprobs_from_logits"), ("entropy", "entropy_from_logits")):
+        peaks = row_wise_peaks(what, B, T, V)
+        lines.append(f"  {name + ':':22s} {peaks[True] / GB:5.2f} GiB -> {peaks[False] / GB:5.2f} GiB")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, help="sequences per minibatch (and per rollout here); default 2 (16 with "
-                    "--policy-features, the cuda preset's scoring chunk)")  # fmt: skip
+    ap.add_argument("--batch", type=int, help="sequences per minibatch (and per rollout here); default 2 (16 "
+                    "with --policy-features or --logprobs, the cuda preset's scoring chunk)")  # fmt: skip
     ap.add_argument("--prompt", type=int, default=64, help="prompt tokens P")
-    ap.add_argument("--response", type=int, help="response tokens T; default 32 (256 with --policy-features, "
-                    "the cuda preset's max_new_tokens)")  # fmt: skip
+    ap.add_argument("--response", type=int, help="response tokens T; default 32 (256 with "
+                    "--policy-features or --logprobs, the cuda preset's max_new_tokens)")  # fmt: skip
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES))
     ap.add_argument(
         "--policy-features",
@@ -251,7 +285,11 @@ def main() -> None:
         help="instead: the extra peak memory of "
         "ppo.critic_reads_policy's features at scoring time on Qwen2.5's vocabulary",
     )
+    ap.add_argument("--logprobs", action="store_true", help="instead: the extra peak memory of the token logprobs "
+                    "and the logged entropy on Qwen2.5's vocabulary, all rows at once and one at a time")  # fmt: skip
     args = ap.parse_args()
+    if args.logprobs:
+        return print(logprobs_report(args.batch or 16, args.response or 256))
     if args.policy_features:
         return print(policy_features_report(args.batch or 16, args.response or 256))
     torch.set_num_threads(2)

@@ -28,6 +28,11 @@ def _scaled_float(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return logits.to(dtype) / temperature
 
 
+CHUNK_BYTES = 64 * 2**20
+"""The float32 logits that ``logprobs_from_logits`` and ``entropy_from_logits`` take at a time: the whole batch of
+a small vocabulary, one sequence (or a few) of a real one."""
+
+
 def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log pi(token | context) under the distribution that sampled it, softmax(logits / temperature).
 
@@ -38,11 +43,30 @@ def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature
 
     Returns:
         (B, T) log-probabilities, float32 (float64 if the logits are float64).
+
+    A few sequences at a time (``CHUNK_BYTES``): the float32 log-softmax of a whole batch is B * T * V * 4
+    bytes, 2.3 GiB for 16 x 256 tokens of Qwen2.5's 151,936-token vocabulary. Each row's numbers are the
+    same whatever the chunk; ``benchmarks/memory.py --logprobs`` measures the memory.
     """
-    z = _scaled_float(logits, temperature)  # (B, T, V)
-    # log_softmax subtracts the max before exponentiating: stable for logits x 100.
-    logp = torch.log_softmax(z, dim=-1)  # (B, T, V)
-    return logp.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)  # (B, T)
+    if tokens.shape != logits.shape[:-1]:
+        raise ValueError(
+            f"tokens {tuple(tokens.shape)} must have the logits' shape without the vocabulary, "
+            f"{tuple(logits.shape[:-1])}: align the logits with response_logits(logits, P, T) first"
+        )
+    if logits.dim() < 2:  # a single position: (V,) logits, one token id
+        return logprobs_from_logits(logits[None], tokens[None], temperature)[0]
+    rows, out = _rows_per_chunk(logits), []
+    for chunk, chunk_tokens in zip(logits.split(rows), tokens.split(rows)):  # (b, T, V), (b, T)
+        z = _scaled_float(chunk, temperature)
+        # log_softmax subtracts the max before exponentiating: stable for logits x 100.
+        logp = torch.log_softmax(z, dim=-1)  # (b, T, V)
+        out.append(logp.gather(-1, chunk_tokens.long().unsqueeze(-1)).squeeze(-1))  # (b, T)
+    return torch.cat(out)  # (B, T)
+
+
+def _rows_per_chunk(logits: torch.Tensor) -> int:
+    """How many rows (along dim 0) of ``logits`` make ``CHUNK_BYTES`` in float32; at least one."""
+    return max(1, CHUNK_BYTES // (4 * max(1, logits.shape[1:].numel())))
 
 
 def response_slice(prompt_len: int, response_len: int) -> slice:
@@ -72,8 +96,14 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch
 
     H = -sum_v p_v log p_v = logsumexp(z) - sum_v p_v z_v, which never evaluates log 0; tokens with
     p = 0 (e.g. logits set to -inf by a filter) contribute 0, not 0 * -inf. (B, T, V) -> (B, T).
+    A few sequences at a time, as ``logprobs_from_logits`` (it takes three float32 copies of what it reads).
     """
-    z = _scaled_float(logits, temperature)  # (B, T, V)
-    p = torch.softmax(z, dim=-1)
-    pz = torch.where(p > 0, p * z, torch.zeros((), dtype=z.dtype))
-    return torch.logsumexp(z, dim=-1) - pz.sum(dim=-1)  # (B, T)
+    if logits.dim() < 2:  # a single position
+        return entropy_from_logits(logits[None], temperature)[0]
+    out = []
+    for chunk in logits.split(_rows_per_chunk(logits)):  # (b, T, V)
+        z = _scaled_float(chunk, temperature)
+        p = torch.softmax(z, dim=-1)
+        pz = torch.where(p > 0, p * z, torch.zeros((), dtype=z.dtype))
+        out.append(torch.logsumexp(z, dim=-1) - pz.sum(dim=-1))  # (b, T)
+    return torch.cat(out)  # (B, T)

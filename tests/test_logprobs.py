@@ -1,12 +1,15 @@
 """Tests for ppo_core.logprobs (chapter 01): token logprobs, the response slice, entropy."""
 
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import reference_impls as ref
 import torch
 from torch.testing import assert_close
 
+from ppo_core import logprobs as logprobs_module
 from ppo_core.logprobs import entropy_from_logits, logprobs_from_logits, response_logits
 
 SHAPES = [(1, 1, 2), (2, 5, 7), (3, 8, 11), (4, 3, 32)]  # (B, T, V)
@@ -209,3 +212,85 @@ def test_entropy_with_filtered_logits_is_finite():
     got = entropy_from_logits(logits)
     p = torch.softmax(torch.tensor([2.0, 1.0]), -1)
     torch.testing.assert_close(got, -(p * p.log()).sum().reshape(1, 1))
+
+
+# --- a few sequences at a time (memory) ------------------------------------------------------
+
+
+def _whole_batch_logprobs(logits, tokens, temperature):
+    """The one-shot form the package used before: one float32 (B, T, V) log-softmax."""
+    z = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
+    return torch.log_softmax(z, dim=-1).gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
+
+
+def _whole_batch_entropy(logits, temperature):
+    z = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
+    p = torch.softmax(z, dim=-1)
+    return torch.logsumexp(z, dim=-1) - torch.where(p > 0, p * z, torch.zeros((), dtype=z.dtype)).sum(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("shape", [(5, 7, 11), (16, 24, 48), (3, 9, 5000)])
+@pytest.mark.parametrize("rows_per_chunk", [1, 2, None])  # None: the package's CHUNK_BYTES
+def test_chunked_gives_the_whole_batch_numbers_to_the_last_bit(dtype, shape, rows_per_chunk, monkeypatch):
+    """Chunking the batch only saves memory: values and gradients are bit for bit the one-shot form's, so
+    every saved run of the course repeats exactly."""
+    if rows_per_chunk is not None:
+        monkeypatch.setattr(logprobs_module, "CHUNK_BYTES", rows_per_chunk * shape[1] * shape[2] * 4)
+    logits, tokens = _random_logits(*shape, dtype, seed=11)
+    logits[0, 0, :2] = float("-inf")  # a filtered token
+    for temperature in (1.0, 0.7):
+        assert torch.equal(logprobs_from_logits(logits, tokens, temperature),
+                           _whole_batch_logprobs(logits, tokens, temperature))  # fmt: skip
+        assert torch.equal(entropy_from_logits(logits, temperature), _whole_batch_entropy(logits, temperature))
+    weights = torch.randn(shape[:2], dtype=torch.float64).float()
+    grads = []
+    for fn in (logprobs_from_logits, _whole_batch_logprobs):
+        x = logits.float().clone().requires_grad_(True)
+        (fn(x, tokens, 0.7) * weights).sum().backward()
+        grads.append(x.grad)
+    assert torch.equal(*grads)
+    grads = []
+    for fn in (entropy_from_logits, _whole_batch_entropy):
+        x = logits.float()[:, :, 2:].clone().requires_grad_(True)  # no -inf: their entropy gradient is NaN
+        (fn(x, 0.7) * weights).sum().backward()
+        grads.append(x.grad)
+    assert torch.equal(*grads)
+
+
+def test_chunks_follow_the_vocabulary():
+    """A small vocabulary goes in one piece (the CPU run's speed); a real one a sequence at a time."""
+    assert logprobs_module._rows_per_chunk(torch.empty(128, 24, 64)) >= 128
+    assert logprobs_module._rows_per_chunk(torch.empty(16, 256, 151936, dtype=torch.bfloat16)) == 1
+
+
+def test_one_sequence_one_position_and_an_empty_batch():
+    logits, tokens = _random_logits(3, 4, 6, torch.float32, seed=12)
+    assert torch.equal(logprobs_from_logits(logits[1, 2], tokens[1, 2]), logprobs_from_logits(logits, tokens)[1, 2])
+    assert torch.equal(entropy_from_logits(logits[1, 2]), entropy_from_logits(logits)[1, 2])
+    assert torch.equal(logprobs_from_logits(logits[1], tokens[1]), logprobs_from_logits(logits, tokens)[1])
+    assert torch.equal(entropy_from_logits(logits[1]), entropy_from_logits(logits)[1])
+    assert logprobs_from_logits(logits[:0], tokens[:0]).shape == (0, 4)
+    assert entropy_from_logits(logits[:0]).shape == (0, 4)
+
+
+@pytest.mark.parametrize("tokens_shape", [(2, 4), (3, 5), (3,)])
+def test_logprobs_rejects_tokens_that_do_not_match_the_logits(tokens_shape):
+    """gather alone would quietly score a smaller token tensor, and the chunks would quietly drop rows."""
+    logits = torch.randn(3, 4, 6)
+    with pytest.raises(ValueError, match="response_logits"):
+        logprobs_from_logits(logits, torch.zeros(tokens_shape, dtype=torch.long))
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="measures peak RSS through Linux's /proc/self")
+@pytest.mark.parametrize("what", ["logprobs", "entropy"])
+def test_logprobs_and_entropy_take_a_sequence_at_a_time_on_a_real_vocabulary(what):
+    """On Qwen2.5's vocabulary, the one-shot forms take two (logprobs) or three (entropy) float32 copies of the
+    logits; the package's, as many of one sequence's (``benchmarks/memory.py --logprobs`` at the cuda preset's)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from memory import row_wise_peaks
+
+    peaks = row_wise_peaks(what, 16, 64, 151936)  # one float32 (B, T, V) tensor: 622 MB, a sequence 39 MB
+    one = 16 * 64 * 151936 * 4
+    assert peaks[True] > 1.5 * one, f"the one-shot reference should take two or more (B, T, V) float32 tensors: {peaks}"
+    assert peaks[False] < 0.6 * one, f"{what} should take a few sequences' worth, not the batch's: {peaks}"

@@ -110,6 +110,21 @@ def test_the_policy_features_memory_in_the_readme_is_the_saved_measurement():
     assert row_by_row < all_rows / 4, saved
 
 
+def test_the_logprobs_memory_in_the_readme_is_the_saved_measurement():
+    saved = (RESULTS / "logprobs_memory.txt").read_text()
+    assert saved in README, f"the README's logprobs memory block is not the saved one:\n{saved}"
+    from ppo_core.logprobs import CHUNK_BYTES
+    from ppo_core.run.config import load_config
+
+    cuda = load_config("cuda")  # rollout.score takes chunks of ppo.minibatch_size rows
+    assert saved.startswith(f"on bf16 logits of {cuda.ppo.minibatch_size} x {cuda.rollout.max_new_tokens} x 151936 ")
+    assert f"chunks of <= {CHUNK_BYTES / 2**20:.0f} MiB" in saved and f"at most {CHUNK_BYTES // 2**20} MiB" in README
+    pairs = re.findall(r"^  (\w+): +([\d.]+) GiB -> +([\d.]+) GiB$", saved, re.M)
+    assert [name for name, _, _ in pairs] == ["logprobs_from_logits", "entropy_from_logits"], saved
+    for _, one_shot, chunked in pairs:
+        assert float(chunked) < float(one_shot) / 4, saved
+
+
 def test_the_readme_algorithm_comparison_is_the_saved_one():
     results = json.loads((RESULTS / "compare_algos_short.json").read_text())
     out = io.StringIO()
