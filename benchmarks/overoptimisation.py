@@ -34,7 +34,9 @@ def smooth(xs, k=5):
 
 def chapter_verdicts(curves: dict) -> list[tuple[str, bool]]:
     """Chapter 06's assertions (its section 6), evaluated on these curves. (An early rise of the gold reward,
-    which it prints but does not assert, held on seeds 0 and 1 and not on seed 2.)"""
+    which it prints but does not assert, held on seeds 0 and 1 and not on seed 2 with the chapter's earlier 60-step
+    reward model. With the rm_cpu preset's, on an AMD EPYC: all three assertions held on seeds 1 and 2, and the
+    smoothed gold peaked +0.184 and +0.043 above its start.)"""
     low, high = min(curves), max(curves)
     gold, proxy = smooth([c["gold"] for c in curves[low]]), smooth([c["proxy"] for c in curves[low]])
     peak = max(range(len(gold)), key=gold.__getitem__)
