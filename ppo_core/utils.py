@@ -1,11 +1,20 @@
 """Small helpers shared across the package: atomic writes, Hugging Face Hub messages, notebook display."""
 
+import contextlib
 import inspect
 import os
 import shutil
 from pathlib import Path
 
-__all__ = ["show_source", "write_folder_atomically", "write_text_atomically", "hub_offline", "hub_unreachable", "fsync"]
+__all__ = [
+    "show_source",
+    "write_folder_atomically",
+    "write_text_atomically",
+    "hub_offline",
+    "hub_unreachable",
+    "fsync",
+    "no_transformers_bars",
+]
 
 TRUE_STRINGS = {"1", "ON", "YES", "TRUE"}
 
@@ -15,6 +24,21 @@ def show_source(obj):
     from IPython.display import Code  # only in notebooks: the package does not need IPython
 
     return Code(inspect.getsource(obj), language="python")
+
+
+@contextlib.contextmanager
+def no_transformers_bars():
+    """transformers' progress bars off for the block, then as they were. Checkpoints are written under it: a
+    "Writing model shards" bar at every save breaks the run's own (``train.progress=false`` turns both off)."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def fsync(path) -> None:

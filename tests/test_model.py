@@ -72,6 +72,30 @@ def test_save_load_round_trip(tmp_path):
     assert AutoModelForCausalLM.from_pretrained(tmp_path) is not None  # plain transformers loads the LM
 
 
+def test_checkpoints_are_written_without_transformers_bars(tmp_path, capfd):
+    """The run's checkpoints go out through ``save_actor`` (the reward model's through ``run.rm``, under the same
+    ``utils.no_transformers_bars``); transformers' own "Writing model shards" bar (one per trunk, at every
+    checkpoint) would break the run's progress bar. Off for the write, then back as it was."""
+    from transformers.utils import logging as hf_logging
+
+    from ppo_core.run.lora import save_actor
+
+    actor = ActorWithValueHead(_gpt2(), separate_critic=True)
+    hf_logging.enable_progress_bar()
+    try:
+        actor.save_pretrained(tmp_path / "plain")  # the bar this guards against (so this test can fail)
+        assert "Writing model shards" in capfd.readouterr().err
+        save_actor(actor, tmp_path / "run")
+        assert "Writing model shards" not in capfd.readouterr().err
+        assert hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # train.progress=false: stays off
+        save_actor(actor, tmp_path / "quiet")
+        assert not hf_logging.is_progress_bar_enabled()
+    finally:
+        hf_logging.enable_progress_bar()
+    assert (tmp_path / "run" / "model.safetensors").is_file()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_value_head_stays_float32_with_bf16_trunk():
     actor = ActorWithValueHead(_gpt2().to(torch.bfloat16)).cuda()

@@ -47,6 +47,23 @@ def test_run_writes_hf_checkpoint(tmp_path, lm_dir, capsys):
     assert scores.shape == (2,) and torch.isfinite(scores).all()
 
 
+def test_checkpoints_do_not_print_transformers_bars_into_the_runs_own(tmp_path, lm_dir, capfd):
+    """With the progress bar on, the reward model's checkpoints are written without transformers' "Writing model
+    shards" bars (tests/test_model.py checks the same for PPO's), and transformers' bars are on again after."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_progress_bar()
+    try:
+        run = args(tmp_path / "rm", lm_dir, "train.steps=2", "train.save_every=1")
+        assert main([a for a in run if a != "train.progress=false"]) == 0
+        err = capfd.readouterr().err
+        assert "RM" in err or "%" in err, f"the run's own progress bar should show: {err[-300:]!r}"
+        assert "Writing model shards" not in err
+        assert hf_logging.is_progress_bar_enabled()
+    finally:
+        hf_logging.enable_progress_bar()
+
+
 def test_resume_repeats_an_uninterrupted_run(tmp_path, lm_dir):
     assert main(args(tmp_path / "full", lm_dir, "train.steps=6")) == 0
     assert main(args(tmp_path / "cut", lm_dir, "train.steps=3")) == 0

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from ..utils import no_transformers_bars
 from .precision import autocast, load_weights_
 
 __all__ = ["apply_lora", "is_lora", "AdapterOffReference", "save_actor", "load_actor", "is_lora_checkpoint"]
@@ -156,13 +157,15 @@ class AdapterOffReference:
 
 
 def save_actor(actor, path) -> None:
-    """Write the actor to ``path``: full weights (``save_pretrained``), or for LoRA the adapters + value head."""
-    if not is_lora(actor):
-        actor.save_pretrained(path)
-        return
+    """Write the actor to ``path``: full weights (``save_pretrained``), or for LoRA the adapters + value head.
+    Without transformers' "Writing model shards" bars, which would break the run's progress bar at every checkpoint."""
+    with no_transformers_bars():
+        if not is_lora(actor):
+            actor.save_pretrained(path)
+            return
+        actor.peft_model.save_pretrained(path)  # adapter_model.safetensors + adapter_config.json (names the base)
     from ..model import POLICY_READER_FILE, VALUE_HEAD_FILE
 
-    actor.peft_model.save_pretrained(path)  # adapter_model.safetensors + adapter_config.json (names the base)
     if actor.value_head is not None:
         torch.save(actor.value_head.state_dict(), Path(path) / VALUE_HEAD_FILE)
     if getattr(actor, "policy_reader", None) is not None:

@@ -272,10 +272,12 @@ def _resume_path(cfg: RMConfig) -> Path | None:
 def _save(out: Path, name: str, rm, optimizer, step: int, cfg: RMConfig, extra: dict | None = None) -> Path:
     import torch
 
+    from ..utils import no_transformers_bars
     from .checkpoint import STATE_FILE, write_atomically
 
     def write(tmp: Path) -> None:
-        rm.save_pretrained(tmp)
+        with no_transformers_bars():  # they would break the run's own bar at every checkpoint
+            rm.save_pretrained(tmp)
         (tmp / "trainer_state.json").write_text(
             json.dumps({"step": step, "config": asdict(cfg), **(extra or {})}) + "\n"
         )

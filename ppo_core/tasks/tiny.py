@@ -26,6 +26,8 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, LlamaConfig, PreTrainedTokenizerFast
 
+from ..utils import no_transformers_bars
+
 __all__ = [
     "SPECIAL_TOKENS",
     "DEFAULT_SIZES",
@@ -136,7 +138,8 @@ def save_tiny(model, tokenizer, path) -> Path:
     ``TokenizersBackend``, which transformers 4 cannot read); both load as the same fast tokenizer.
     """
     path = Path(path)
-    model.save_pretrained(path)
+    with no_transformers_bars():  # a bar for one small file
+        model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     config_file = path / "tokenizer_config.json"
     config = json.loads(config_file.read_text())
