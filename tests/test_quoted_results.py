@@ -43,7 +43,7 @@ def _rows(name: str) -> list[dict]:
 
 def _critic_rows() -> list[dict]:
     names = ("critic_cpu.json", "critic_saturation.json", "critic_cpu_more_seeds.json", "critic_policy_lr.json",
-             "critic_cpu_second_machine.json")  # fmt: skip
+             "critic_cpu_second_machine.json", "critic_policy_lr_second_machine.json")  # fmt: skip
     return [r for name in names for r in _rows(name)]
 
 
@@ -382,3 +382,33 @@ def test_the_second_machine_paragraphs_quote_its_saved_runs():
     assert "on three seeds of five (*On another machine*, below)" in PROSE
     preset = " ".join((ROOT / "ppo_core/run/configs/cpu.yaml").read_text().replace("#", " ").split())
     assert f"it explains {ev(reads)} on seeds 0-4 against {ev(today)} for the course's first critic" in preset
+
+
+def test_the_faster_policy_on_the_second_machine_is_quoted_from_its_saved_runs():
+    """*Why not a faster policy?*, second machine: lr 2e-4 against the preset's 1e-4, five seeds each."""
+    saved = json.loads((RESULTS / "critic_policy_lr_second_machine.json").read_text())
+    assert saved["machine"] == json.loads((RESULTS / "critic_cpu_second_machine.json").read_text())["machine"]
+    fast = _saved("critic_policy_lr_second_machine.json", "separate+reads_policy+policy_lr2e-4")
+    preset = _saved("critic_cpu_second_machine.json", "separate+reads_policy")
+    assert [r["seed"] for r in fast] == [r["seed"] for r in preset] == [0, 1, 2, 3, 4]
+    for r in fast:
+        assert critic.row(r) in README, critic.row(r)
+    assert critic.band_line("separate+reads_policy+policy_lr2e-4", fast) in README
+    ev = lambda rows: " / ".join(f"{r['ev_last10']:+.2f}" for r in rows)  # noqa: E731
+    gain = lambda r: 100 * (r["after"] - r["before"])  # noqa: E731
+    gains = lambda rows: " / ".join(f"{gain(r):+.1f}" for r in rows)  # noqa: E731
+    assert f"There its critic explains {ev(fast)} over the last 10 steps (the preset's, at 1e-4: {ev(preset)})" in PROSE
+    assert f"the policy gains {gains(fast)} points ({gains(preset)})" in PROSE
+    count = lambda rows, ok: sum(map(ok, rows))  # noqa: E731
+    ev_ok, gain_ok = (lambda r: r["ev_last10"] >= 0.3), (lambda r: gain(r) >= 60)  # noqa: E731
+    assert (count(fast, ev_ok), count(fast, gain_ok), count(preset, ev_ok), count(preset, gain_ok)) == (4, 4, 3, 2)
+    assert "each target on four seeds of five where 1e-4 meets them on three and two" in PROSE
+    assert [r["seed"] for r in fast if not ev_ok(r)] == [2] and [r["seed"] for r in fast if not gain_ok(r)] == [3]
+    assert "Seed 2 falls short of 0.3, seed 3 of +60." in PROSE
+    assert all(max(r["correct_curve"]) < 0.9 for r in fast) and "no run spends a step at 0.9 success or more" in PROSE
+    first_fast = _saved("critic_policy_lr.json", "separate+reads_policy+policy_lr2e-4")
+    first_preset = _saved("critic_cpu.json", "separate+reads_policy")
+    assert (count(first_preset, ev_ok), count(first_fast, ev_ok), len(first_fast)) == (3, 1, 3)
+    assert "2e-4 would take the explained-variance target from three seeds of three to one" in PROSE
+    preset_yaml = " ".join((ROOT / "ppo_core/run/configs/cpu.yaml").read_text().replace("#", " ").split())
+    assert "there lr 2.0e-4 meets each target on four seeds of five (1e-4: three and two)" in preset_yaml
