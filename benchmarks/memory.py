@@ -285,8 +285,9 @@ def main() -> None:
         help="instead: the extra peak memory of "
         "ppo.critic_reads_policy's features at scoring time on Qwen2.5's vocabulary",
     )
-    ap.add_argument("--logprobs", action="store_true", help="instead: the extra peak memory of the token logprobs "
-                    "and the logged entropy on Qwen2.5's vocabulary, all rows at once and one at a time")  # fmt: skip
+    ap.add_argument("--logprobs", action="store_true", help="instead: the extra peak memory of the token "
+                    "logprobs and the logged entropy on Qwen2.5's vocabulary, all rows at once and in the package's "
+                    "chunks")  # fmt: skip
     args = ap.parse_args()
     if args.logprobs:
         return print(logprobs_report(args.batch or 16, args.response or 256))
