@@ -410,5 +410,11 @@ def test_the_faster_policy_on_the_second_machine_is_quoted_from_its_saved_runs()
     first_preset = _saved("critic_cpu.json", "separate+reads_policy")
     assert (count(first_preset, ev_ok), count(first_fast, ev_ok), len(first_fast)) == (3, 1, 3)
     assert "2e-4 would take the explained-variance target from three seeds of three to one" in PROSE
+    mid = json.loads((RESULTS / "critic_policy_lr1.5e-4_second_machine.json").read_text())
+    assert mid["machine"] == saved["machine"]
+    mid = sorted(mid["rows"], key=lambda r: r["seed"])
+    assert [r["seed"] for r in mid] == [0, 1, 2, 3, 4] and all("ppo.lr=1.5e-4" in r["config"] for r in mid)
+    assert (count(mid, ev_ok), count(mid, gain_ok)) == (3, 4)
+    assert f"did no better: {ev(mid)}, {gains(mid)} points, three seeds and four." in PROSE
     preset_yaml = " ".join((ROOT / "ppo_core/run/configs/cpu.yaml").read_text().replace("#", " ").split())
     assert "there lr 2.0e-4 meets each target on four seeds of five (1e-4: three and two)" in preset_yaml
