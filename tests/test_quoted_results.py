@@ -418,3 +418,18 @@ def test_the_faster_policy_on_the_second_machine_is_quoted_from_its_saved_runs()
     assert f"did no better: {ev(mid)}, {gains(mid)} points, three seeds and four." in PROSE
     preset_yaml = " ".join((ROOT / "ppo_core/run/configs/cpu.yaml").read_text().replace("#", " ").split())
     assert "there lr 2.0e-4 meets each target on four seeds of five (1e-4: three and two)" in preset_yaml
+
+
+def test_the_seed_2_oracle_on_the_second_machine_is_the_saved_one():
+    """*On another machine*: seed 2's critic at the end of its run against the best possible one."""
+    out = json.loads((RESULTS / "critic_oracle_seed2_second_machine.json").read_text())
+    assert out["config"] == "separate+reads_policy" and out["seed"] == 2 and out["steps"] == 40 and out["n"] == 128
+    run = _saved("critic_cpu_second_machine.json", "separate+reads_policy")[2]
+    assert out["accuracy"] == run["after"], "the oracle's run should be the saved seed-2 run (same machine, same run)"
+    best, trained = out["ev"]["mc/best"], out["ev"]["mc/trained"]
+    assert trained >= 0.3 > run["ev_last10"]
+    assert f"the trained critic explains {trained:+.2f} and the best possible one {best:+.2f}" in PROSE
+    last = run["ev_curve"][-10:]
+    assert f"runs from {min(last):+.2f} to {max(last):+.2f} and ends at {last[-2]:+.2f} and {last[-1]:+.2f}" in PROSE
+    assert f"their mean, {run['ev_last10']:+.2f}, is lower because it counts the earlier, weaker batches" in PROSE
+    assert max(last[-2:]) == max(last) and min(last[-2:]) > run["ev_last10"]
