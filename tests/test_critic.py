@@ -342,9 +342,8 @@ def test_resuming_with_value_lr_switched_on_or_off_is_a_one_line_error(tiny_mode
 
     make = lambda out, *more: PPOTrainer(_cfg(tiny_model_path, out, 1, *more))  # noqa: E731
     errors = resuming_with_the_other_setting_fails(make, tmp_path, "ppo.value_lr", values=("0.0", "0.001"))
-    assert [e.endswith(f"resume it with ppo.value_lr={v}") for e, v in zip(errors, ("0.0", "0.001"))] == [True] * 2
-    for e, groups in zip(errors, (1, 2)):
-        assert f"optimizer has {groups} parameter group(s)" in e
+    for e, saved, groups in zip(errors, ("0.0", "0.001"), (1, 2), strict=True):
+        assert e.endswith(f"resume it with ppo.value_lr={saved}") and f"optimizer has {groups} parameter group(s)" in e
 
 
 def test_a_resumed_run_trains_at_this_run_s_learning_rates_with_the_saved_moments(tiny_model_path, tmp_path):
