@@ -32,6 +32,7 @@ __all__ = [
     "icepop_weights",
     "rollout_correction",
     "mismatch_metrics",
+    "policy_inputs",
 ]
 
 IS_LEVELS = ("token", "sequence")
@@ -150,3 +151,24 @@ def mismatch_metrics(old_logprobs: torch.Tensor, behaviour_logprobs: torch.Tenso
             "mismatch/kl_k3": masked_mean(k3, mask).item(),
             "mismatch/max_abs_log_ratio": log_ratio.abs().max().item() if mask.any() else 0.0,
         }
+
+
+def policy_inputs(
+    old_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor | None, mask: torch.Tensor, cfg
+) -> tuple[dict, dict]:
+    """The update's policy inputs under ``cfg`` (a ``CorrectionConfig``): (tensors, stats).
+
+    tensors: ``old_logprobs`` (pi_old; mu itself in bypass mode) and, with a correction on, ``is_weights``
+    and ``policy_mask`` (B, T) for ``update.ppo_loss``. Without behaviour logprobs: the plain update.
+    """
+    if behaviour_logprobs is None:
+        return {"old_logprobs": old_logprobs}, {}
+    if cfg.mode == "bypass":
+        return {"old_logprobs": behaviour_logprobs}, mismatch_metrics(old_logprobs, behaviour_logprobs, mask)
+    if cfg.is_level is None and cfg.rs_level is None:
+        return {"old_logprobs": old_logprobs}, mismatch_metrics(old_logprobs, behaviour_logprobs, mask)
+    weights, kept, stats = rollout_correction(
+        old_logprobs, behaviour_logprobs, mask, cfg.is_level, cfg.is_threshold, cfg.rs_level, cfg.rs_threshold,
+        cfg.rs_threshold_lower,
+    )  # fmt: skip
+    return {"old_logprobs": old_logprobs, "is_weights": weights, "policy_mask": kept}, stats

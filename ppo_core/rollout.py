@@ -51,6 +51,7 @@ class Rollout:
     values: torch.Tensor | None = None  # (B, T) old values; None for an actor without a value head
     ref_logprobs: torch.Tensor | None = None  # (B, T) frozen reference
     policy_features: torch.Tensor | None = None  # (B, T, 6) model.policy_features, for a critic that reads the policy
+    behaviour_logprobs: torch.Tensor | None = None  # (B, T) the sampler's own, from generate's scores (chapter 09)
 
     @property
     def keep(self) -> slice:
@@ -71,7 +72,9 @@ def stop_token_ids(lm, tokenizer) -> list[int]:
     return list(dict.fromkeys(int(i) for i in ids if i is not None))
 
 
-def sampling_config(tokenizer, max_new_tokens: int, temperature: float | None, stop_ids=None) -> GenerationConfig:
+def sampling_config(
+    tokenizer, max_new_tokens: int, temperature: float | None, stop_ids=None, top_k: int = 0, top_p: float = 1.0
+) -> GenerationConfig:
     """Plain ancestral sampling from softmax(logits / temperature): no top-k, top-p, penalties or bans.
 
     Every field that changes which token is drawn is set, to its neutral value, because ``generate``
@@ -80,7 +83,8 @@ def sampling_config(tokenizer, max_new_tokens: int, temperature: float | None, s
     penalty there. PPO's logprobs must be those of the distribution that really sampled. ``sample``
     also hides the model's own config during the call (``_own_generation_config``).
     ``temperature=None`` means greedy decoding (for evaluation). ``stop_ids``: every EOS id
-    (``stop_token_ids``); default the tokenizer's one.
+    (``stop_token_ids``); default the tokenizer's one. ``top_k``/``top_p``: a truncated sampler on purpose
+    (chapter 09's mismatch; the trainer still scores the full softmax).
     """
     greedy = temperature is None
 
@@ -90,8 +94,8 @@ def sampling_config(tokenizer, max_new_tokens: int, temperature: float | None, s
     return GenerationConfig(
         do_sample=not greedy,
         temperature=warper(temperature),
-        top_k=warper(0),
-        top_p=warper(1.0),
+        top_k=warper(top_k),
+        top_p=warper(top_p),
         min_p=None,
         typical_p=warper(1.0),
         epsilon_cutoff=warper(0.0),
@@ -181,6 +185,9 @@ def sample(
     batch_size: int = 0,
     prompt_cache=None,
     dtype: torch.dtype | None = None,
+    behaviour: bool = False,
+    top_k: int = 0,
+    top_p: float = 1.0,
 ) -> Rollout:
     """Generate one response per prompt (``temperature=None``: greedy). Returns a Rollout without scores.
 
@@ -189,20 +196,26 @@ def sample(
     ``batch_size``: prompts per ``generate`` call (0: all at once). ``prompt_cache``: a
     ``run.fastpaths.PromptCache`` that keeps generate's key/value caches for ``score`` (None: keep none;
     it keeps them for float32 compute only). ``dtype``: the compute dtype (bf16/fp16 run ``generate``
-    under autocast; None or float32: as the weights are).
+    under autocast; None or float32: as the weights are). ``behaviour``: also keep the sampler's logprob of
+    each token, log softmax of generate's scores (logits / temperature after top-k/top-p), chapter 09; it
+    holds the (b, T, V) scores of one generate call. ``top_k``, ``top_p``: see ``sampling_config``.
     """
     device = next(lm.parameters()).device
     ids, attn = tokenize_prompts(tokenizer, prompts, max_prompt_len, device)  # (B, P)
     P = ids.shape[1]
     stops = stop_token_ids(lm, tokenizer)
-    gen_cfg = sampling_config(tokenizer, max_new_tokens, temperature, stops)
+    gen_cfg = sampling_config(tokenizer, max_new_tokens, temperature, stops, top_k, top_p)
     gen_cfg.return_dict_in_generate = True
-    chunks = []
+    gen_cfg.output_scores = behaviour
+    chunks, beh = [], []
     step = batch_size or len(prompts)
     with autocast(device, dtype), _own_generation_config(lm, gen_cfg):
         for i in range(0, len(prompts), step):
             out = lm.generate(input_ids=ids[i : i + step], attention_mask=attn[i : i + step], generation_config=gen_cfg)
             chunks.append(out.sequences[:, P:])  # (b, T_i) generate pads finished rows with pad_token_id
+            if behaviour:  # the sampler's logprob of each drawn token, (b, T_i)
+                scores = torch.stack(out.scores, dim=1).float()  # (b, T_i, V)
+                beh.append(torch.log_softmax(scores, -1).gather(-1, chunks[-1].unsqueeze(-1)).squeeze(-1))
             if prompt_cache is not None:
                 prompt_cache.keep(lm, i, out)
     T = max(c.shape[1] for c in chunks)
@@ -217,6 +230,10 @@ def sample(
     T = int(mask.any(0).nonzero().max()) + 1 if mask.any() else 1  # drop columns no row uses
     response, mask = response[:, :T], mask[:, :T]
     completions = tokenizer.batch_decode(torch.where(mask, response, tokenizer.pad_token_id), skip_special_tokens=True)
+    if behaviour:  # a row's tokens after its EOS have -inf scores: 0 there (off the mask)
+        width = max(b.shape[1] for b in beh)
+        beh = torch.cat([torch.nn.functional.pad(b, (0, width - b.shape[1])) for b in beh])[:, :T]
+        beh = torch.where(mask, beh, 0.0)
     return Rollout(
         input_ids=torch.cat([ids, response], dim=1),
         attention_mask=torch.cat([attn, mask.long()], dim=1),
@@ -224,6 +241,7 @@ def sample(
         response_ids=response,
         mask=mask,
         completions=completions,
+        behaviour_logprobs=beh if behaviour else None,
     )
 
 

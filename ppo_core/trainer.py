@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from .advantages import outcome_advantages
+from .correction import policy_inputs
 from .gae import adaptive_lam, compute_gae, token_rewards
 from .kl import kl_penalty
 from .masking import masked_mean, masked_whiten
@@ -51,6 +52,7 @@ from .run.setup import (
     update_hparams,
     uses_critic,
 )
+from .sampler import Sampler
 from .tasks.data import build_prompt
 from .tasks.preferences import gold_reward
 from .update import minibatch_update, value_update
@@ -105,6 +107,8 @@ class PPOTrainer:
         self.skips = guards.SkippedUpdates(cfg.train.max_skipped_steps)
         self.step_count, self.last_step, self.times = 0, None, {}
         self.logger = resume.open_run(self, self.resumed_from)
+        s = cfg.sampler  # the behaviour policy (chapter 09): the actor itself unless a mismatch is configured
+        self.sampler = Sampler(self.actor.lm, s.dtype, s.stale_steps, s.top_k, s.top_p)
 
     def prompt_batch(self, step: int) -> list[dict]:
         """The records of PPO step ``step`` (1-based): a fresh seeded permutation each pass over the data.
@@ -141,10 +145,12 @@ class PPOTrainer:
         """Steps 1-2: sample a response per record, score it (old logprobs, values, reference logprobs, task score)."""
         cfg, n, t0 = self.cfg, self.step_count + 1, time.perf_counter()
         self.actor.eval()
-        cache = fastpaths.PromptCache() if cfg.train.fast_paths else None  # travels beside the rollout
+        cache = fastpaths.PromptCache() if cfg.train.fast_paths and not self.sampler.own else None
+        k = cfg.correction  # chapter 09: keep the sampler's own logprobs when they may differ or are used
+        behaviour = self.sampler.mismatch or k.mode == "bypass" or k.is_level is not None or k.rs_level is not None
         try:  # 1. sample
             ro = sample(
-                self.actor.lm,
+                self.sampler.lm,
                 self.tokenizer,
                 self.prompts(records),
                 cfg.rollout.max_new_tokens,
@@ -152,7 +158,10 @@ class PPOTrainer:
                 cfg.data.max_prompt_len,
                 cfg.rollout.generation_batch_size,
                 prompt_cache=cache,
-                dtype=self.actor.compute_dtype,
+                dtype=None if self.sampler.dtype else self.actor.compute_dtype,
+                behaviour=behaviour,
+                top_k=self.sampler.top_k,
+                top_p=self.sampler.top_p,
             )
         except RuntimeError as err:  # torch.multinomial on NaN/inf probabilities
             diagnosis = guards.sampling_failed(err, n, self.out)
@@ -223,6 +232,8 @@ class PPOTrainer:
             updates += sum(map(len, value_schedule))
             stats["value/extra_loss"] = value_stats["value/loss"]
             stats["train/skipped"] += value_stats["train/skipped"]
+        if not warmup:
+            self.sampler.sync(self.actor.lm)  # the sampler gets the new weights (or those of k updates ago)
         # 6. KL control: the sequence-level KL to the reference (k1, summed over tokens, mean over sequences)
         k1 = kl_penalty(ro.logprobs, ro.ref_logprobs, "k1")
         kl_to_ref = masked_mean(k1, ro.mask, dim=1).mul(ro.mask.sum(1)).mean().item()
@@ -250,12 +261,13 @@ class PPOTrainer:
         ones skipped for a non-finite loss or gradient (each one also warns, naming the culprit).
         """
         cfg, p = self.cfg, self.cfg.ppo  # self.hparams: clip_eps, vf_coef, ... (run.setup.update_hparams)
+        policy, self.correction_stats = policy_inputs(ro.logprobs, ro.behaviour_logprobs, ro.mask, cfg.correction)
         data = {
             "input_ids": ro.input_ids,
             "attention_mask": ro.attention_mask,
             "response_ids": ro.response_ids,
             "mask": ro.mask,
-            "old_logprobs": ro.logprobs,
+            **policy,  # old_logprobs (pi_old, or mu in bypass mode); chapter 09's is_weights and policy_mask
             "old_values": ro.values,
             "advantages": advantages,
             "returns": returns,
@@ -271,6 +283,7 @@ class PPOTrainer:
                 mb = {key: v[idx.to(v.device)] for key, v in data.items()}
                 mb["keep"] = ro.keep
                 check = cfg.train.check_ratio and epoch == 0 and k == 0  # the policy has not moved yet: ratio 1
+                check = check and not (cfg.correction.mode == "bypass" and self.sampler.mismatch)  # vs mu: not 1
                 ratio_tol = cfg.train.ratio_tol if check else None
                 stats = self.minibatch_update(self.actor, self.optimizer, mb, **self.hparams, ratio_tol=ratio_tol)
                 (skipped if stats.get("train/skipped") else applied).append(stats)
@@ -280,7 +293,7 @@ class PPOTrainer:
         used = applied or skipped  # if every update was skipped, log their (non-finite) stats as they are
         out = {key: sum(s[key] for s in used) / len(used) for key in used[0]}
         out["train/skipped"] = float(len(skipped))  # a count, not a mean
-        return out, schedule
+        return {**out, **self.correction_stats}, schedule
 
     def value_warmup(self, ro: Rollout, returns, epochs: int | None = None) -> tuple[dict, list]:
         """Step 5 of a value warm-up step: ``epochs`` (default ``ppo_epochs``) passes of critic-only updates

@@ -42,7 +42,9 @@ def ppo_loss(
     ``loss_agg_mode`` (with ``loss_norm_len``, the constant T_max of seq-mean-token-sum-norm) for the policy
     loss, and ``kl_loss_coef`` > 0 adds the KL to the reference (``mb["ref_logprobs"]``, estimator
     ``kl_loss_type``) to the loss. A critic that reads the policy (``actor.policy_reader``) also needs
-    ``policy_features`` (B, T, 6): the rollout's, fixed while the policy moves.
+    ``policy_features`` (B, T, 6): the rollout's, fixed while the policy moves. Chapter 09's corrections:
+    ``is_weights`` (B, T) multiply each token's policy loss (as A * w: every surrogate here is linear in A)
+    and the policy loss counts ``policy_mask``'s tokens only.
     """
     pos = position_ids_from_mask(mb["attention_mask"])
     logits, values = actor(mb["input_ids"], mb["attention_mask"], pos, keep=mb["keep"])  # (B, T, V), (B, T)
@@ -50,7 +52,9 @@ def ppo_loss(
     mask = mb["mask"]
     values = actor.read_policy(values, mb.get("policy_features"))  # unchanged unless ppo.critic_reads_policy
     agg = {} if loss_agg_mode == "token-mean" else {"loss_agg_mode": loss_agg_mode, "norm_len": loss_norm_len}
-    pg_loss, pg_stats = policy_loss(logprobs, mb["old_logprobs"], mb["advantages"], mask, clip_eps, **agg)
+    advantages = mb["advantages"] * mb["is_weights"] if "is_weights" in mb else mb["advantages"]
+    pg_mask = mb.get("policy_mask", mask)
+    pg_loss, pg_stats = policy_loss(logprobs, mb["old_logprobs"], advantages, pg_mask, clip_eps, **agg)
     loss, extra = pg_loss, {}
     if values is not None:
         vf_loss, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_clip_eps)

@@ -32,6 +32,12 @@ The semantics it pins down (chapters 03-05):
                pg = max(-A r, -A clip(r, 1 - eps, 1 + eps)), r = exp(logp - old logp);
                vf = 1/2 max((V - R)^2, (V_old + clip(V - V_old, -eps_v, eps_v) - R)^2);
                H  = entropy of softmax(logits / temperature).
+* correction:  (chapter 09, optional cfg["correction"]) with mu = ro["behaviour_logprobs"] and rho = pi_old / mu:
+               decoupled mode weights token t's pg by w_t = min(rho_t, C) (token) or min(prod_s rho_s, C)
+               (sequence), and keeps only tokens whose rho_t (token), prod_s rho_s (sequence) or
+               exp(mean_s log rho_s) (geometric) lies in [lo, hi]; the pg term is then the mean over the
+               micro-batch's KEPT tokens, vf and H stay means over all its response tokens. Bypass mode:
+               the ratio is exp(logp - log mu), no weights.
 * controller:  KL = mean over sequences of the summed k1 KL of each response (the one logged);
                adaptive: kl_coef <- kl_coef (1 + clip(KL / target - 1, -0.2, 0.2) B / horizon); fixed: unchanged.
 * critic:      the value head's parameters, plus with ``separate_critic`` its own trunk's and with
@@ -126,6 +132,10 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
     else:
         advantages = [row[:] for row in adv_raw]
 
+    # chapter 09: the sampler's logprobs, the correction's weights and kept tokens, the ratio's anchor
+    corr = cfg.get("correction")
+    weights, old_for_ratio = _naive_correction(logp, ro, mask, corr) if corr else (None, logp)
+
     # 5. update epochs over shuffled minibatches
     gen = torch.Generator().manual_seed(shuffle_seed)
     schedule = []
@@ -164,7 +174,9 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
             gm = 1 if value_only else g
             for i in range(gm):
                 rows = minibatch[i::gm]
-                loss = _micro_batch_loss(model, ro, rows, keep, advantages, returns, values, logp, cfg, value_only)
+                loss = _micro_batch_loss(
+                    model, ro, rows, keep, advantages, returns, values, old_for_ratio, cfg, value_only, weights
+                )
                 (loss / gm).backward()
             if value_only:  # the critic alone learns: drop every other gradient
                 for p in params:
@@ -195,6 +207,7 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
         kl_coef_after = kl_coef * (1.0 + error * B / cfg["kl_horizon"])
 
     return {
+        "weights": weights,
         "kl": kl,
         "rewards": rewards,
         "advantages_raw": adv_raw,
@@ -209,7 +222,33 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
     }
 
 
-def _micro_batch_loss(model, ro, rows, keep, advantages, returns, old_values, old_logp, cfg, warmup=False):
+def _naive_correction(logp, ro, mask, corr) -> tuple:
+    """Per-token weights (0 on a rejected token; None in bypass mode) and the ratio's anchor, by loops."""
+    beh = _rows(ro["behaviour_logprobs"])
+    if corr.get("mode", "decoupled") == "bypass":
+        return None, beh
+    B, T = len(mask), len(mask[0])
+    weights = [[0.0] * T for _ in range(B)]
+    for b in range(B):
+        logs = [logp[b][t] - beh[b][t] for t in range(T) if mask[b][t]]
+        for t in range(T):
+            if not mask[b][t]:
+                continue
+            tok = logp[b][t] - beh[b][t]
+            level_log = {"token": tok, "sequence": sum(logs), "geometric": sum(logs) / len(logs)}
+            w = 1.0
+            if corr.get("is_level"):
+                w = min(math.exp(level_log[corr["is_level"]]), corr["is_threshold"])
+            if corr.get("rs_level"):
+                hi = corr["rs_threshold"]
+                lo = corr.get("rs_threshold_lower") or 1.0 / hi
+                if not lo <= math.exp(level_log[corr["rs_level"]]) <= hi:
+                    w = 0.0
+            weights[b][t] = w
+    return weights, logp
+
+
+def _micro_batch_loss(model, ro, rows, keep, advantages, returns, old_values, old_logp, cfg, warmup=False, w=None):
     """Mean over the micro-batch's response tokens of pg + vf_coef * vf - ent_coef * entropy (a 0-dim tensor);
     of vf alone for a value warm-up step."""
     ids, attn = ro["input_ids"][rows], ro["attention_mask"][rows]
@@ -223,7 +262,7 @@ def _micro_batch_loss(model, ro, rows, keep, advantages, returns, old_values, ol
     if cfg.get("critic_reads_policy"):  # plus the reader's term on the rollout's (fixed) policy features
         values = values + model.policy_reader(ro["policy_features"][rows]).squeeze(-1)
     eps, eps_v, temp = cfg["clip_eps"], cfg["vf_clip_eps"], cfg["temperature"]
-    total, n_tokens = 0.0, 0
+    total, n_tokens, pg_total, n_kept = 0.0, 0, 0.0, 0
     for j, b in enumerate(rows):
         for t in range(logits.shape[1]):
             if not ro["mask"][b, t]:
@@ -237,6 +276,10 @@ def _micro_batch_loss(model, ro, rows, keep, advantages, returns, old_values, ol
             v_clipped = v_old + torch.clamp(v - v_old, -eps_v, eps_v)
             vf = 0.5 * torch.maximum((v - ret) ** 2, (v_clipped - ret) ** 2)
             entropy = -(torch.exp(log_p) * log_p).sum()
+            if w is not None and not warmup:  # decoupled correction: pg over the kept tokens, weighted
+                if w[b][t] > 0:
+                    pg_total, n_kept = pg_total + w[b][t] * pg, n_kept + 1
+                pg = 0.0
             total = total + (vf if warmup else pg + cfg["vf_coef"] * vf - cfg["ent_coef"] * entropy)
             n_tokens += 1
-    return total / n_tokens
+    return total / n_tokens + (pg_total / max(n_kept, 1) if w is not None and not warmup else 0.0)

@@ -43,6 +43,7 @@ def run_package_step(trainer: PPOTrainer, fixed: dict, monkeypatch) -> dict:
         values=fixed["values"].clone(),
         ref_logprobs=fixed["ref_logprobs"].clone(),
         policy_features=fixed["policy_features"].clone(),
+        behaviour_logprobs=fixed["behaviour_logprobs"].clone(),  # read only with a correction (chapter 09)
     )
     update = trainer.minibatch_update
 
@@ -97,7 +98,7 @@ BASE = dict(
     kl_horizon=100, clip_eps=0.2, vf_clip_eps=0.2, vf_coef=0.5, ent_coef=0.01, temperature=0.9, ppo_epochs=1,
     minibatch_size=8, grad_accum_steps=1, max_grad_norm=1.0, lr=3e-3, weight_decay=0.0,
     lam_value=None, lam_policy_alpha=0.0, value_lr=0.0, warmup=False, separate_critic=False, value_epochs=0,
-    critic_reads_policy=False,
+    critic_reads_policy=False, correction=None,
 )  # fmt: skip
 """The critic keys are spelled out (the cpu preset sets value_lr, lam_value, separate_critic and critic_reads_policy);
 ``warmup``: a value warm-up step."""
@@ -126,6 +127,7 @@ def make_trainer(model_path, out_dir, cfg: dict, seed: int = 0, check_ratio: boo
         "train.tensorboard=false",
         "train.log_every=0",
         "train.progress=false",
+        *[f"correction.{k}={v}" for k, v in (cfg.get("correction") or {}).items()],
     ]
     return PPOTrainer(load_config("cpu", overrides))
 
@@ -151,7 +153,7 @@ def fixed_rollout(tiny_model_path, tmp_path_factory, one_thread):
         logits, _ = tr.actor(ids, attn, pos, keep=slice(P - 1, P + T - 1))
         true_logp = torch.log_softmax(logits.float() / BASE["temperature"], -1).gather(-1, response[..., None])[..., 0]
     noise = lambda scale: scale * torch.randn(B, T, generator=gen)  # noqa: E731
-    return {
+    out = {
         "input_ids": ids,
         "attention_mask": attn,
         "prompt_len": P,
@@ -164,6 +166,8 @@ def fixed_rollout(tiny_model_path, tmp_path_factory, one_thread):
         "scores": torch.rand(B, generator=gen) * 3 - 1,
         "policy_features": torch.rand(B, T, 6, generator=gen),  # read only by a critic_reads_policy config
     }
+    out["behaviour_logprobs"] = torch.where(mask, out["logprobs"] + noise(0.4), 0.0)  # the sampler's (chapter 09)
+    return out
 
 
 def step_both(model_path, tmp_path, monkeypatch, fixed, cfg: dict, seed: int = 0):
@@ -214,6 +218,19 @@ CONFIGS = {
     "separate-critic-reads-policy-warmup": dict(
         separate_critic=True, critic_reads_policy=True, warmup=True, value_lr=1e-2, minibatch_size=4
     ),
+    # chapter 09: the sampler mu is not pi_old (fixed_rollout's behaviour_logprobs)
+    "decoupled-token-tis": dict(correction=dict(is_level="token", is_threshold=1.5)),
+    "decoupled-seq-tis-geometric-rs": dict(
+        correction=dict(is_level="sequence", is_threshold=2.0, rs_level="geometric", rs_threshold=1.3),
+        minibatch_size=4,
+        ppo_epochs=2,
+    ),
+    "decoupled-icepop-accum2": dict(
+        correction=dict(is_level="token", is_threshold=2.0, rs_level="token", rs_threshold=2.0, rs_threshold_lower=0.5),
+        minibatch_size=4,
+        grad_accum_steps=2,
+    ),
+    "bypass": dict(correction=dict(mode="bypass"), minibatch_size=4),
 }
 
 

@@ -279,6 +279,38 @@ class RewardConfig:
 
 
 @dataclass
+class SamplerConfig:
+    """A sampler that is not the learner (chapter 09, chapters/09_sampler_mismatch): off by default."""
+
+    dtype: str = ""
+    """'' = the actor's own weights; bfloat16 or float16: a copy in that dtype, as an inference engine holds."""
+    stale_steps: int = 0
+    """k > 0: sample with the weights of k updates ago (asynchronous training), k + 1 weight copies kept."""
+    top_k: int = 0
+    """Sample from the k most likely tokens only (0 = all) while the trainer scores the full softmax."""
+    top_p: float = 1.0
+    """Sample from the smallest set of tokens of total probability top_p (1.0 = all)."""
+
+
+@dataclass
+class CorrectionConfig:
+    """Importance-sampling corrections from the sampler mu to pi_old (chapter 09; veRL's rollout_correction)."""
+
+    mode: str = "decoupled"
+    """'decoupled': clip against the trainer's pi_old, weight by pi_old / mu; 'bypass': clip against mu itself."""
+    is_level: str | None = None
+    """Truncated IS weights: null (none), 'token' or 'sequence' (veRL rollout_is)."""
+    is_threshold: float = 2.0
+    """Upper bound C of the truncated weights."""
+    rs_level: str | None = None
+    """Masked IS, dropping tokens whose weight leaves the range: null, 'token', 'sequence' or 'geometric'."""
+    rs_threshold: float = 2.0
+    """Upper end of the kept range."""
+    rs_threshold_lower: float | None = None
+    """Lower end of the kept range (null = 1 / rs_threshold). IcePop: is_level=token, rs_level=token, [0.5, 5]."""
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
@@ -288,6 +320,8 @@ class Config:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)
 
 
 class ConfigError(ValueError):
@@ -472,6 +506,7 @@ def validate(c: Config) -> None:
     _check(p.weight_decay >= 0, f"ppo.weight_decay must be >= 0, got {p.weight_decay}")
     _check(p.kl_target > 0 and p.kl_horizon >= 1, "ppo.kl_target must be > 0 and ppo.kl_horizon >= 1")
     _validate_algo(c)
+    _validate_correction(c)
     t = c.train
     _check(t.steps >= 0, f"train.steps must be >= 0, got {t.steps}")
     _check(t.keep_last >= 1, f"train.keep_last must be >= 1, got {t.keep_last}")
@@ -511,4 +546,24 @@ def _validate_algo(c: Config) -> None:
     _check(
         r.batch_size % r.group_size == 0,
         f"rollout.batch_size ({r.batch_size}) must be a multiple of rollout.group_size ({r.group_size})",
+    )
+
+
+def _validate_correction(c: Config) -> None:
+    """Chapter 09's sampler and correction switches."""
+    from ..correction import IS_LEVELS, MODES, RS_LEVELS
+    from .setup import DTYPES
+
+    s, k = c.sampler, c.correction
+    _one_of(s.dtype, ("", *DTYPES), "sampler.dtype")
+    _check(s.stale_steps >= 0, f"sampler.stale_steps must be >= 0, got {s.stale_steps}")
+    _check(s.top_k >= 0 and 0 < s.top_p <= 1, "sampler.top_k must be >= 0 and sampler.top_p in (0, 1]")
+    _one_of(k.mode, MODES, "correction.mode")
+    _one_of(k.is_level, (None, *IS_LEVELS), "correction.is_level")
+    _one_of(k.rs_level, (None, *RS_LEVELS), "correction.rs_level")
+    _check(k.is_threshold > 0 and k.rs_threshold > 0, "correction.is_threshold and rs_threshold must be > 0")
+    _check(
+        k.mode == "decoupled" or (k.is_level is None and k.rs_level is None),
+        "correction.mode=bypass clips against the sampler's logprobs themselves: set correction.is_level=null "
+        "and correction.rs_level=null (or correction.mode=decoupled)",
     )
