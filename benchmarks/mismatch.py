@@ -1,6 +1,6 @@
 """When the sampler is not the learner (chapter 09): each mismatch without and with each correction, and staleness.
 
-    .venv/bin/python benchmarks/mismatch.py [--seeds 0] [--steps 20] [--part grid stale] [key=value ...]
+    .venv/bin/python benchmarks/mismatch.py [--seeds 0] [--steps 20] [--part grid stale] [-- key=value ...]
 
 Every run is the cpu preset's training command (``python -m ppo_core.train --config cpu``) in a fresh process,
 with one mismatch between the sampler mu and the trainer's pi_old (``sampler.*``) and one correction

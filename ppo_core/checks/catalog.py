@@ -37,6 +37,7 @@ CHAPTER_TITLES = {
     "05_full_loop": "The full loop",
     "06_reward_models": "Reward models",
     "07_beyond_ppo": "Beyond PPO: GRPO, Dr. GRPO, RLOO, REINFORCE++",
+    "09_sampler_mismatch": "When the sampler is not the learner",
 }
 
 EXERCISES = (
@@ -143,6 +144,22 @@ EXERCISES = (
         "my_group_relative_advantages",
         "check_group_relative_advantages",
         "g = scores.view(-1, group_size) puts each prompt's samples in one row; subtract g.mean(dim=1, keepdim=True)",
+    ),
+    Exercise(
+        "9.1",
+        "09_sampler_mismatch",
+        "truncated importance weights",
+        "my_truncated_weights",
+        "check_truncated_weights",
+        "log_rho = torch.where(mask, old_logprobs - behaviour_logprobs, 0.0); a sequence sums it over dim=1",
+    ),
+    Exercise(
+        "9.2",
+        "09_sampler_mismatch",
+        "IcePop's two-sided mask",
+        "my_icepop_weights",
+        "check_icepop_weights",
+        "rho = exp(old_logprobs - behaviour_logprobs); keep it where mask & (rho >= lower) & (rho <= upper), else 0",
     ),
 )
 """Every exercise of the course, in reading order. A test checks this table against the chapters."""
