@@ -8,6 +8,7 @@ and often some policy versions behind the learner. ``Sampler`` makes both on a C
     top_k/top_p  a truncated sampling distribution while the trainer scores the full softmax (in ``sample``)
 
 With none set it is the actor itself (no copy). Each copy costs one model of memory: k + 1 of them.
+Checkpoints do not keep the old copies: a resumed stale sampler starts again from the resumed weights.
 """
 
 import copy
