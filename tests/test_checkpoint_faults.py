@@ -123,7 +123,7 @@ def test_damage_names_the_file(fault, reference_run, tmp_path):
 def test_damage_without_a_manifest_is_found_by_reading(fault, reference_run, tmp_path):
     """A checkpoint saved before manifests existed: intact, it passes; damaged, the file is named."""
     ckpt = shutil.copytree(reference_run / "step_4", tmp_path / "step_4")
-    (ckpt / MANIFEST).unlink()
+    (ckpt / MANIFEST).unlink(missing_ok=True)
     assert damage(ckpt) is None
     name = FAULTS[fault](ckpt)
     why = damage(ckpt)
@@ -190,7 +190,7 @@ def test_resume_auto_with_no_intact_checkpoint_is_one_line(killed_after_step_4, 
 def test_a_checkpoint_without_a_manifest_still_resumes(reference_run, killed_after_step_4, tiny_model_path):
     out = killed_after_step_4
     for ckpt in (out / "step_2", out / "step_4"):
-        (ckpt / MANIFEST).unlink()
+        (ckpt / MANIFEST).unlink(missing_ok=True)
     assert main(_overrides(tiny_model_path, out, f"train.resume={out / 'step_4'}")) == 0
     assert _no_time(read_metrics(out)) == _no_time(read_metrics(reference_run))
 
@@ -250,7 +250,8 @@ def test_the_disks_errors_as_the_writers_raise_them():
 
     assert is_write_failure(OSError(errno.ENOSPC, "No space left on device"))
     assert is_write_failure(RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"))
-    assert is_write_failure(SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"))
+    full = "Error while serializing: I/O error: No space left on device (os error 28)"
+    assert is_write_failure(SafetensorError(full))
     assert not is_write_failure(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
     assert not is_write_failure(TypeError("a bug"))
 
@@ -328,3 +329,62 @@ def test_checkpoint_module_writes_the_manifest_last(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "write_manifest", lambda tmp: (order.append("manifest"), real(tmp)))
     write_atomically(tmp_path, "step_1", lambda tmp: (order.append("files"), (tmp / "a.txt").write_text("a")))
     assert order == ["files", "manifest"] and damage(tmp_path / "step_1") is None
+
+
+# ---- LoRA and reward-model checkpoints -------------------------------------------------------------------
+
+
+def test_a_lora_checkpoint_has_a_manifest_and_a_damaged_one_is_refused(tiny_model_path, tmp_path, capsys):
+    from ppo_core.run.config import load_config
+    from ppo_core.trainer import PPOTrainer
+
+    lora = ("model.lora.r=4", "model.lora.alpha=8", "ppo.separate_critic=false")
+    tr = PPOTrainer(load_config("cpu", _tiny_overrides(tiny_model_path, tmp_path / "run", 2, *RUN, *lora)))
+    path = tr.save_checkpoint("step_1")
+    tr.logger.close()
+    assert "adapter_model.safetensors" in json.loads((path / MANIFEST).read_text())["files"] and damage(path) is None
+    _truncate(path / "adapter_model.safetensors")
+    assert damage(path).startswith(f"{path / 'adapter_model.safetensors'}: ")
+    (path / MANIFEST).unlink()  # and as a checkpoint saved before manifests existed
+    assert damage(path).startswith(f"{path / 'adapter_model.safetensors'}: unreadable")
+    capsys.readouterr()  # the trainer's loading bars
+    assert evaluate_main([str(path)]) == 2
+    assert f"{path} is damaged: {path / 'adapter_model.safetensors'}" in _one_error_line(capsys)
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _rm_args(out, model, *extra) -> list[str]:
+    pairs = Path(__file__).parent / "fixtures" / "pairs.jsonl"
+    return [f"data.source={pairs}", f"model.init={model}", f"train.output_dir={out}", "train.batch_size=4",
+            "data.eval_pairs=2", "train.progress=false", "train.steps=2", "train.save_every=1", *extra]  # fmt: skip
+
+
+def test_reward_model_checkpoints_have_manifests_and_survive_the_same_faults(
+    tiny_model_path, tmp_path, monkeypatch, capsys
+):
+    from ppo_core.train_rm import main as train_rm
+
+    out, real_save = tmp_path / "rm", torch.save
+
+    def full_disk(obj, f, *args, **kwargs):
+        if Path(f).parent.name.startswith(".tmp-final"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    assert train_rm(_rm_args(out, tiny_model_path)) == 3  # a full disk at final/: step_1 stays
+    err = _one_error_line(capsys)
+    assert f"could not write {out / 'final'}" in err and f"the last checkpoint {out / 'step_1'} is intact" in err
+    monkeypatch.undo()
+    assert damage(out / "step_1") is None and (out / "step_1" / MANIFEST).is_file()
+    assert train_rm(_rm_args(out, tiny_model_path, "train.resume=auto")) == 0
+    assert damage(out / "final") is None and (out / "final" / MANIFEST).is_file()
+    _truncate(out / "final" / "model.safetensors")
+    assert train_rm(_rm_args(out, tiny_model_path, f"train.resume={out / 'final'}")) == 2
+    assert f"is damaged: {out / 'final' / 'model.safetensors'}" in _one_error_line(capsys)
+    with pytest.warns(UserWarning, match="skipping the damaged checkpoint final"):
+        assert train_rm(_rm_args(out, tiny_model_path, "train.resume=auto")) == 0  # from step_1
+    assert damage(out / "final") is None
