@@ -118,7 +118,9 @@ def main(argv=None) -> None:
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every run (e.g. train.eval_samples=200)")
     args = ap.parse_args(argv)
     command = " ".join(["python benchmarks/mismatch.py", *(argv if argv is not None else sys.argv[1:])])
-    done = json.loads(args.out.read_text())["runs"] if args.out.is_file() else []
+    saved = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": [], "meta": {"command": []}}
+    done, commands = saved["runs"], saved["meta"]["command"]  # runs and commands accumulate over invocations
+    commands = [*(commands if isinstance(commands, list) else [commands]), command]
     have = {(r["mismatch"], r["correction"], r["seed"]) for r in done if "failed" not in r}
     work = Path(tempfile.mkdtemp(prefix="mismatch_"))
     for seed in args.seeds:
@@ -131,7 +133,7 @@ def main(argv=None) -> None:
             info = r.get("failed") or (f"{r['before']:.3f} -> {r['after']:.3f}, KL k3 {r['mismatch/kl_k3']:.2e}, "
                                        f"clipfrac {r['policy/clipfrac']:.3f}, {r['wall_s']:.0f} s")  # fmt: skip
             print(f"{m:9s} {c:10s} seed {seed}: {info}", flush=True)
-            save_result(args.out, {"steps": args.steps, "overrides": args.overrides, "runs": done}, command)
+            save_result(args.out, {"steps": args.steps, "overrides": args.overrides, "runs": done}, commands)
 
 
 if __name__ == "__main__":
