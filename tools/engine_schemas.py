@@ -19,8 +19,9 @@ VERL_FILES = {
     "verl/trainer/config/_generated_ppo_trainer.yaml": "_generated_ppo_trainer.yaml",
     "verl/utils/reward_score/gsm8k.py": "gsm8k.py",
 }
-HEADER = "# Copied unchanged from {wheel} ({member}). Copyright 2024 Bytedance Ltd. and/or its affiliates,\n"
-HEADER += "# licensed under the Apache License, Version 2.0 (http://www.apache.org/licenses/LICENSE-2.0).\n"
+HEADER = "# Copied unchanged from {wheel} ({member}).\n"
+HEADER += "# Copyright 2024 Bytedance Ltd. and/or its affiliates, licensed under the Apache License, Version 2.0\n"
+HEADER += "# (http://www.apache.org/licenses/LICENSE-2.0).\n"
 
 
 def _literal(node):
