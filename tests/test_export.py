@@ -309,10 +309,13 @@ def test_verl_composes_the_exported_overrides(tmp_path, preset):
     """veRL's own Hydra config, composed with the exported overrides in verl's environment."""
     cfg = load_config(preset, MODEL)
     lines = [f"{k}={hydra_value(v)}" for k, v in settings_for(cfg, "verl", FILES, n_train=4000).settings.items()]
-    code = (
-        "import sys, json\nfrom hydra import compose, initialize_config_module\n"
-        "with initialize_config_module('verl.trainer.config', version_base=None):\n"
+    code = (  # main_ppo's own config (config_path="config", config_name="ppo_trainer"), without importing verl
+        "import sys, json, importlib.util, os\nfrom hydra import compose, initialize_config_dir\n"
+        "from omegaconf import OmegaConf\n"
+        "root = importlib.util.find_spec('verl').submodule_search_locations[0]\n"
+        "with initialize_config_dir(os.path.join(root, 'trainer', 'config'), version_base=None):\n"
         "    cfg = compose('ppo_trainer', overrides=json.loads(sys.argv[1]))\n"
+        "OmegaConf.to_container(cfg, resolve=True)\n"
         "print(cfg.actor_rollout_ref.actor.clip_ratio)\n"
     )
     done = subprocess.run([VERL_PYTHON, "-c", code, json.dumps(lines)], capture_output=True, text=True, timeout=300)
