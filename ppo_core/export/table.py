@@ -69,6 +69,12 @@ def _micro(_, ctx):
     return p.minibatch_size // p.grad_accum_steps
 
 
+def _verl_dtype(ctx, value):
+    if value == "float32":
+        return Gap("veRL trains in bf16 or fp16 mixed precision (fsdp_config.dtype)")
+    return {R + "dtype": value, A + "fsdp_config.dtype": value}  # mixed precision over fp32 weights (model_dtype)
+
+
 def _orl_dtype(value, ctx):
     return {"bfloat16": "bf16", "float16": "fp16"}.get(value) or Gap("OpenRLHF trains in bf16 or fp16 only")
 
@@ -175,13 +181,9 @@ def _orl_adaptive(ctx, value):
 
 def _whiten(engine):
     def fn(ctx, value):
-        if ctx.critic:
-            return Same(f"{engine} whitens GAE advantages over the batch") if value else Gap(f"{engine} always whitens")
-        return (
-            Same("critic-free estimators normalise as their own definition says")
-            if value
-            else Gap("the critic-free estimators' normalisation is fixed by the estimator")
-        )
+        if not ctx.critic:
+            return Same("ignored without a critic, here and there")
+        return Same(f"{engine} whitens GAE advantages over the batch") if value else Gap(f"{engine} always whitens")
 
     return fn
 
@@ -300,7 +302,8 @@ ROWS = [
     Row("model.name_or_path", custom((M + "path", "critic.model.path"), _model_path(_verl_model)),
         custom(("--actor.model_name_or_path", "--critic.model_name_or_path"), _model_path(_orl_model)),
         "sft_model_path"),
-    Row("model.dtype", key(R + "dtype"), key("--ds.param_dtype", _orl_dtype), "bf16"),
+    Row("model.dtype", custom((R + "dtype", A + "fsdp_config.dtype"), _verl_dtype), key("--ds.param_dtype", _orl_dtype),
+        "bf16"),
     Row("model.device", gap("GPUs placed by Ray", "trainer.n_gpus_per_node"),
         gap("GPUs placed by Ray", "--actor.num_gpus_per_node"), "— (Accelerate)"),
     Row("model.gradient_checkpointing", key(M + "enable_gradient_checkpointing"),
