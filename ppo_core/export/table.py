@@ -405,7 +405,8 @@ ROWS = [
         custom(("--actor.loss_agg_mode",), _orl_agg), "loss_type (GRPO)"),
     # train
     Row("train.steps", custom(("trainer.total_training_steps",), _verl_steps),
-        custom(("--train.num_episodes", "--data.max_samples"), _orl_steps), "total_episodes"),
+        custom(("--train.num_episodes", "--data.max_samples"), _orl_steps), "total_episodes",
+        "OpenRLHF counts passes over the prompts: capped to take these steps"),
     Row("train.seed", custom(("data.seed", R + "seed"), lambda c, v: {"data.seed": v, R + "seed": v}),
         key("--train.seed"), "seed"),
     Row("train.output_dir", key("trainer.default_local_dir"),
