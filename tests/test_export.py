@@ -301,23 +301,45 @@ def test_cli_exports_a_run_folder(tmp_path, capsys):
 
 
 VERL_PYTHON = os.environ.get("PPO_VERL_PYTHON", "")
+VERL_CHECK = (  # main_ppo's own config (config_path="config", config_name="ppo_trainer") and its own validation
+    "import sys, json, importlib.util, os\nfrom hydra import compose, initialize_config_dir\n"
+    "from omegaconf import OmegaConf\n"
+    "root = importlib.util.find_spec('verl').submodule_search_locations[0]\n"
+    "with initialize_config_dir(os.path.join(root, 'trainer', 'config'), version_base=None):\n"
+    "    cfg = compose('ppo_trainer', overrides=json.loads(sys.argv[1]))\n"
+    "OmegaConf.to_container(cfg, resolve=True)\n"
+    "from verl.trainer.ppo.utils import need_critic, need_reference_policy\n"
+    "from verl.utils.config import validate_config\n"
+    "validate_config(cfg, need_reference_policy(cfg), need_critic(cfg))\n"
+    "print(cfg.actor_rollout_ref.actor.clip_ratio)\n"
+)
 
 
-@pytest.mark.skipif(not VERL_PYTHON, reason="set PPO_VERL_PYTHON to the python of a venv with verl==0.9.1 installed")
+def verl_check(lines: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([VERL_PYTHON, "-c", VERL_CHECK, json.dumps(lines)], capture_output=True, text=True, env=env)
+
+
+def _verl_lines(preset: str, model: str) -> list[str]:
+    cfg = load_config(preset, [f"model.name_or_path={model}"])  # veRL reads the model's config files
+    return [f"{k}={hydra_value(v)}" for k, v in settings_for(cfg, "verl", FILES, n_train=4000).settings.items()]
+
+
+needs_verl = pytest.mark.skipif(not VERL_PYTHON, reason="set PPO_VERL_PYTHON to the python of a venv with verl 0.9.1")
+
+
+@needs_verl
 @pytest.mark.parametrize("preset", PRESETS)
-def test_verl_composes_the_exported_overrides(tmp_path, preset):
-    """veRL's own Hydra config, composed with the exported overrides in verl's environment."""
-    cfg = load_config(preset, MODEL)
-    lines = [f"{k}={hydra_value(v)}" for k, v in settings_for(cfg, "verl", FILES, n_train=4000).settings.items()]
-    code = (  # main_ppo's own config (config_path="config", config_name="ppo_trainer"), without importing verl
-        "import sys, json, importlib.util, os\nfrom hydra import compose, initialize_config_dir\n"
-        "from omegaconf import OmegaConf\n"
-        "root = importlib.util.find_spec('verl').submodule_search_locations[0]\n"
-        "with initialize_config_dir(os.path.join(root, 'trainer', 'config'), version_base=None):\n"
-        "    cfg = compose('ppo_trainer', overrides=json.loads(sys.argv[1]))\n"
-        "OmegaConf.to_container(cfg, resolve=True)\n"
-        "print(cfg.actor_rollout_ref.actor.clip_ratio)\n"
-    )
-    done = subprocess.run([VERL_PYTHON, "-c", code, json.dumps(lines)], capture_output=True, text=True, timeout=300)
+def test_verl_composes_and_validates_the_exported_overrides(preset, tiny_model_path):
+    """veRL's own Hydra config, composed with the exported overrides and validated as main_ppo does first."""
+    done = verl_check(_verl_lines(preset, tiny_model_path))
     assert done.returncode == 0, done.stderr[-2000:]
-    assert float(done.stdout.split()[-1]) == cfg.ppo.clip_eps
+    assert float(done.stdout.split()[-1]) == load_config(preset).ppo.clip_eps
+
+
+@needs_verl
+def test_verl_check_rejects_a_wrong_export(tiny_model_path):
+    lines = _verl_lines("cpu", tiny_model_path)
+    assert "Could not override" in verl_check(lines + ["actor_rollout_ref.actor.clip_eps=0.2"]).stderr
+    no_micro = [line for line in lines if "micro_batch_size" not in line]
+    assert "Please set at least one of 'actor.ppo_micro_batch_size'" in verl_check(no_micro).stderr

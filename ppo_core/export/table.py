@@ -75,6 +75,20 @@ def _verl_dtype(ctx, value):
     return {R + "dtype": value, A + "fsdp_config.dtype": value}  # mixed precision over fp32 weights (model_dtype)
 
 
+VERL_MICRO = (
+    A + "ppo_micro_batch_size_per_gpu",
+    R + "log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    "critic.ppo_micro_batch_size_per_gpu",
+)
+
+
+def _verl_micro(ctx, value):
+    """Every micro-batch veRL asks for: the update's, the rollout's and the reference's scoring, the critic's."""
+    names = VERL_MICRO if ctx.critic else VERL_MICRO[:3]
+    return dict.fromkeys(names, _micro(value, ctx))
+
+
 def _orl_dtype(value, ctx):
     return {"bfloat16": "bf16", "float16": "fp16"}.get(value) or Gap("OpenRLHF trains in bf16 or fp16 only")
 
@@ -346,9 +360,8 @@ ROWS = [
     Row("ppo.ppo_epochs", key(A + "ppo_epochs"), key("--train.max_epochs"), "num_ppo_epochs"),
     Row("ppo.minibatch_size", key(A + "ppo_mini_batch_size", _prompts), key("--train.batch_size"),
         "num_mini_batches (a count)", "veRL counts prompts"),
-    Row("ppo.grad_accum_steps", key(A + "ppo_micro_batch_size_per_gpu", _micro),
-        key("--train.micro_batch_size", _micro), "gradient_accumulation_steps",
-        "written as the micro-batch, minibatch / steps"),
+    Row("ppo.grad_accum_steps", custom(VERL_MICRO, _verl_micro), key("--train.micro_batch_size", _micro),
+        "gradient_accumulation_steps", "written as the micro-batch, minibatch / steps, also for scoring"),
     Row("ppo.lr", key(A + "optim.lr"), key("--actor.adam.lr"), "learning_rate"),
     Row("ppo.weight_decay", _with_critic(A + "optim.weight_decay", "critic.optim.weight_decay"),
         _with_critic("--actor.adam.weight_decay", "--critic.adam.weight_decay"), "weight_decay"),
