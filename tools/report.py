@@ -71,29 +71,32 @@ def meta(*names: str) -> str:
     for name in names:
         m = load(name)["meta"]
         commands = m["command"] if isinstance(m["command"], list) else [m["command"]]
+        note = m.get("recovered", "")  # a file saved before results_meta.py: what its history tells
+        note = f" {note[:1].upper()}{note[1:]}." if note else ""
         out.append(f"- `benchmarks/results/{name}`: machine: {_machine(m['machine'])}; date {m['date']}; "
-                   f"commit `{m['commit']}`")  # fmt: skip
-        out += [f"  - `{c}`" for c in commands]
-        if "recovered" in m:
-            out.append(f"  - {m['recovered']}")
+                   f"commit `{m['commit']}`.{note}")  # fmt: skip
+        out.append("\n  ```text\n" + "\n".join(f"  {c}" for c in commands) + "\n  ```")  # a long command scrolls
     return "\n".join(out)
+
+
+def _spans(overrides: str) -> str:
+    """``a=1,b=2`` as ```a=1`, `b=2```: one code span per override, so that a table cell can wrap between them."""
+    return ", ".join(f"`{o.strip()}`" for o in overrides.split(",") if o.strip())
 
 
 def config_label(config: str) -> str:
     """A run's config for a table: a name, or its overrides with the separate critic's written as ``separate``."""
-    removed = "reads_policy" in config
-    if config == SEPARATE:
-        config = "separate"
-    elif config.startswith(SEPARATE + ","):
-        config = "separate + " + config[len(SEPARATE) + 1 :].replace(",", ", ")
-    else:
-        config = config.replace(",", ", ")
-    return f"`{config}`" + (" *(removed)*" if removed else "")
+    removed = " *(removed)*" if "reads_policy" in config else ""
+    if config == SEPARATE or "=" not in config:
+        return f"`{'separate' if config == SEPARATE else config}`{removed}"
+    if config.startswith(SEPARATE + ","):
+        return f"`separate` + {_spans(config[len(SEPARATE) + 1 :])}{removed}"
+    return _spans(config) + removed
 
 
 def critic_legend() -> str:
     """The named configs of benchmarks/critic.py: their overrides on top of ``today``."""
-    rows = [[config_label(name), over if name == "today" else f"`{over}`"] for name, over in NAMED.items()]
+    rows = [[config_label(name), over if name == "today" else _spans(over)] for name, over in NAMED.items()]
     return table(["config", "what it changes"], rows) + "\n\n" + REMOVED
 
 
@@ -151,8 +154,8 @@ def critic_oracle(*names: str) -> str:
     for name in names:
         o = load(name)
         rows.append([config_label(o["config"]), o["seed"], o["steps"], f"{o['accuracy']:.3f}", o["n"],
-                     f"{o['ev']['mc/trained']:+.2f}", f"{o['ev']['mc/best']:+.2f}", f"`{name}`"])  # fmt: skip
-    header = ["config", "seed", "steps", "accuracy", "rollouts", "trained critic", "best possible", "file"]
+                     f"{o['ev']['mc/trained']:+.2f}", f"{o['ev']['mc/best']:+.2f}"])  # fmt: skip
+    header = ["config", "seed", "steps", "accuracy", "rollouts", "trained critic", "best possible"]
     return table(header, rows)
 
 
