@@ -34,6 +34,8 @@ SECTIONS = {
     "algo": "The PPO family (chapter 07)",
     "train": "Run",
     "reward": "Reward (chapter 06)",
+    "sampler": "A sampler that is not the learner (chapter 09)",
+    "correction": "Importance-sampling corrections (chapter 09)",
 }
 
 HEAD = f"""# Beyond one node: the map to the big trainers

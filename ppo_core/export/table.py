@@ -138,6 +138,19 @@ def _off(default, reason):
     return lambda ctx, value: Same("off") if value == default else Gap(reason)
 
 
+RC = "algorithm.rollout_correction."
+_ORL_IS = "OpenRLHF 0.11 has no importance-sampling correction flag"
+
+
+def _orl_is_only(ctx, value):
+    k = ctx.cfg.correction
+    return Same("no correction") if k.is_level is None and k.rs_level is None else Gap(_ORL_IS)
+
+
+def _verl_rs(ctx, value):
+    return {RC + "rollout_rs_threshold": value} if ctx.cfg.correction.rs_level else Same("no rejection")
+
+
 def _critic_gap(reason):
     return lambda ctx, value: Gap(reason) if ctx.critic else Same("no critic")
 
@@ -458,5 +471,24 @@ ROWS = [
     Row("reward.path", custom((), _reward_path), custom((), _reward_path), "reward_model_path"),
     Row("reward.gold_length_coef", gap(COURSE_ONLY + " (the logged gold reward of chapter 06)"),
         gap(COURSE_ONLY + " (the logged gold reward of chapter 06)"), "—"),
+    # chapter 09: a sampler that is not the learner, and the importance-sampling corrections
+    Row("sampler.dtype", custom((), _off("", "the engine's own inference dtype (vLLM's), not a copy made here")),
+        custom((), _off("", "the engine's own inference dtype (vLLM's), not a copy made here")), "—"),
+    Row("sampler.stale_steps", custom((), _off(0, "asynchronous rollouts are the engines' own recipes")),
+        custom(("--train.async_enable",), _off(0, "asynchronous training (--train.async_enable) has its own lag")),
+        "async GRPO"),
+    Row("sampler.top_k", key(R + "top_k", lambda v, ctx: v or -1), custom((), _off(0, "no top-k flag")), "top_k"),
+    Row("sampler.top_p", key(R + "top_p"), custom((), _off(1.0, "no top-p flag")), "top_p"),
+    Row("correction.mode", key(RC + "bypass_mode", lambda v, ctx: v == "bypass"),
+        custom((), _off("decoupled", "no bypass mode")), "—"),
+    Row("correction.is_level", key(RC + "rollout_is"), custom((), _off(None, _ORL_IS)),
+        "vllm_importance_sampling_mode"),
+    Row("correction.is_threshold", key(RC + "rollout_is_threshold"), custom((), _orl_is_only),
+        "vllm_importance_sampling_cap"),
+    Row("correction.rs_level", key(RC + "rollout_rs"), custom((), _off(None, _ORL_IS)),
+        "vllm_importance_sampling_mode (token_mask, sequence_mask)"),
+    Row("correction.rs_threshold", custom((RC + "rollout_rs_threshold",), _verl_rs), custom((), _orl_is_only), "—"),
+    Row("correction.rs_threshold_lower", custom((), _off(None, "veRL 0.9 rejects outside [1/threshold, threshold]")),
+        custom((), _orl_is_only), "—"),
 ]
 # fmt: on
