@@ -138,12 +138,12 @@ def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int)
     from ppo_core.kl import kl_penalty
     from ppo_core.run.config import load_config
     from ppo_core.run.metrics import explained_variance
-    from ppo_core.trainer import PPOTrainer
+    from ppo_core.run.runner import RunTrainer
 
     with tempfile.TemporaryDirectory() as tmp:
         run = [f"train.seed={seed}", f"train.steps={steps}", f"train.output_dir={tmp}/run", "train.progress=false"]
         cfg = load_config("cpu", [*run, "train.tensorboard=false", *overrides_of(config), *extra])
-        tr = PPOTrainer(cfg)
+        tr = RunTrainer(cfg)
         summary = tr.train()
     records = tr.test_records[:n]  # held-out questions: a rollout the critic was not trained on
     torch.manual_seed(seed + 1)
@@ -208,12 +208,12 @@ def probe(config: str, seed: int, steps: int, extra: list[str], n_batches: int, 
     from ppo_core.model import position_ids_from_mask
     from ppo_core.run.config import load_config
     from ppo_core.run.metrics import explained_variance
-    from ppo_core.trainer import PPOTrainer
+    from ppo_core.run.runner import RunTrainer
 
     with tempfile.TemporaryDirectory() as tmp:
         run = [f"train.seed={seed}", f"train.steps={steps}", f"train.output_dir={tmp}/run", "train.progress=false"]
         cfg = load_config("cpu", [*run, "train.tensorboard=false", *overrides_of(config), *extra])
-        tr = PPOTrainer(cfg)
+        tr = RunTrainer(cfg)
         start_trunk = copy.deepcopy(tr.actor.lm.base_model)  # the warm-started policy's trunk, before PPO
         summary = tr.train()
     torch.manual_seed(seed + 1)
@@ -336,7 +336,7 @@ def long_runs(configs: list[str], seed: int, steps: int, extra: list[str]) -> li
     and held-out accuracy before/after, per config, in-process. Prints a row per config; returns the rows."""
     from ppo_core.run.config import load_config
     from ppo_core.run.loop import total_steps
-    from ppo_core.trainer import PPOTrainer
+    from ppo_core.run.runner import RunTrainer
 
     print(f"long-answer task, seed {seed}, {steps} PPO steps per config ({' '.join(LONG)})")
     print("| config | credit at token 0 (start) | credit (end) | right first token | sampled accuracy | wall s |")
@@ -349,7 +349,7 @@ def long_runs(configs: list[str], seed: int, steps: int, extra: list[str]) -> li
             run = [f"train.seed={seed}", f"train.steps={steps}", f"train.output_dir={tmp}/run", "train.progress=false"]
             cfg = load_config("cpu", [*run, *LONG, "train.tensorboard=false", "train.save_every=0", *over, *extra])
             t0 = time.perf_counter()
-            tr = PPOTrainer(cfg)
+            tr = RunTrainer(cfg)
             before = tr.evaluate()
             for _ in range(cfg.ppo.value_warmup_steps):
                 tr.step()

@@ -330,8 +330,8 @@ def run_pair(
     from transformers import TrainerCallback
 
     import ppo_core.trainer as ours_module
-    from ppo_core.run.setup import DTYPES
-    from ppo_core.trainer import PPOTrainer as Ours
+    from ppo_core.precision import DTYPES
+    from ppo_core.run.runner import RunTrainer as Ours
 
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:

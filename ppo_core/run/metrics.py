@@ -6,7 +6,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from ..masking import masked_var
+from ..gae import explained_variance
 from ..utils import write_text_atomically
 
 __all__ = ["MetricsLogger", "plot_dashboard", "read_metrics", "explained_variance", "last_mean", "DASHBOARD_KEYS"]
@@ -127,12 +127,6 @@ def plot_dashboard(records: list[dict], path=None, keys=DASHBOARD_KEYS):
     if path is not None:
         fig.savefig(path, dpi=90)
     return fig
-
-
-def explained_variance(values, returns, mask) -> float:
-    """1 - Var[R - V] / Var[R] over response tokens: 1 = perfect critic, 0 = no better than a constant."""
-    var_r = masked_var(returns, mask).item()
-    return float("nan") if var_r == 0 else 1.0 - masked_var(returns - values, mask).item() / var_r
 
 
 def last_mean(records: list[dict], key: str, n: int = 10) -> float:
