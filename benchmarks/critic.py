@@ -33,9 +33,10 @@ from pathlib import Path
 import torch
 
 from ppo_core.rollout import monte_carlo_values
+from ppo_core.run.metrics import ev_by_success
 
-TODAY = {"ppo.value_lr": "0", "ppo.value_warmup_steps": "0", "ppo.lam_value": "null", "ppo.lam_policy_alpha": "0",
-         "ppo.separate_critic": "false", "ppo.value_epochs": "0", "ppo.critic_reads_policy": "false"}  # fmt: skip
+TODAY = {"ppo.value_lr": "0", "ppo.value_warmup_steps": "0", "ppo.lam_value": "null", "ppo.separate_critic": "false",
+         "ppo.value_epochs": "0"}  # fmt: skip
 """The settings before this benchmark: one learning rate, no warm-up, one lambda (0.95) for both, a head on the
 policy's trunk, as many critic passes as policy passes."""
 
@@ -47,19 +48,18 @@ CONFIGS = {
     "value_lr+lam_value": {"ppo.value_lr": "1e-3", "ppo.lam_value": "1.0"},
     "all": {"ppo.value_lr": "1e-3", "ppo.lam_value": "1.0", "ppo.value_warmup_steps": "5"},
     "separate": {"ppo.separate_critic": "true", "ppo.value_lr": "1e-3", "ppo.lam_value": "1.0"},
-    "separate+reads_policy": {
-        "ppo.separate_critic": "true",
-        "ppo.value_lr": "1e-3",
-        "ppo.lam_value": "1.0",
-        "ppo.critic_reads_policy": "true",
-    },
     "today+policy_lr2e-4": {"ppo.lr": "2e-4"},
-    "separate+reads_policy+policy_lr2e-4": {
+    "separate+policy_lr2e-4": {
         "ppo.separate_critic": "true",
         "ppo.value_lr": "1e-3",
         "ppo.lam_value": "1.0",
-        "ppo.critic_reads_policy": "true",
         "ppo.lr": "2e-4",
+    },
+    "separate+warmup": {
+        "ppo.separate_critic": "true",
+        "ppo.value_lr": "1e-3",
+        "ppo.lam_value": "1.0",
+        "ppo.value_warmup_steps": "3",
     },
 }
 """Each config: overrides on top of ``TODAY`` (one mechanism on, or a combination). The ``+policy_lr2e-4`` ones
@@ -113,22 +113,6 @@ def run(config: str, seed: int, steps: int, extra: list[str], workdir: Path) -> 
         "ev_curve": ev,
         "correct_curve": correct,
     }
-
-
-BANDS = (0.0, 0.5, 0.8, 0.9, 1.01)
-"""Bands of a step's sampled success rate (rollout/correct_rate) for ``ev_by_success``."""
-
-
-def ev_by_success(rows: list[dict]) -> list[tuple[str, int, float]]:
-    """Mean explained variance of the steps whose sampled success rate falls in each band, pooled over rows:
-    (band, number of steps, mean EV). Near the end of a run that almost solves the task, the returns' variance
-    is a few failures, and a critic's EV falls with it; this shows how much."""
-    pairs = [(c, e) for r in rows for c, e in zip(r.get("correct_curve", []), r["ev_curve"], strict=True)]
-    out = []
-    for lo, hi in zip(BANDS, BANDS[1:]):
-        evs = [e for c, e in pairs if lo <= c < hi]
-        out.append((f"[{lo:.1f}, {min(hi, 1.0):.1f}{']' if hi > 1 else ')'}", len(evs), mean(evs)))
-    return out
 
 
 def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int) -> dict:
@@ -311,7 +295,7 @@ def first_token_credit(tr, n_batches: int = 1) -> dict:
 
     With V = 0, no KL and lambda fixed it is exactly lambda^(T-1); 1 means the score reaches token 0 in full.
     """
-    from ppo_core.gae import adaptive_lam, compute_gae, token_rewards
+    from ppo_core.gae import compute_gae, token_rewards
     from ppo_core.kl import kl_penalty
 
     p, a0, sc, right = tr.cfg.ppo, [], [], []
@@ -320,7 +304,7 @@ def first_token_credit(tr, n_batches: int = 1) -> dict:
         ro = tr.collect(records)  # steps 1-2 of the trainer: sample, score
         s = ro.scores
         rewards = token_rewards(s, kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator), ro.mask, tr.kl_ctl.value)
-        lam = adaptive_lam(ro.mask, p.lam_policy_alpha) if p.lam_policy_alpha > 0 else p.lam
+        lam = p.lam
         adv, _ = compute_gae(rewards, ro.values, ro.mask, p.gamma, lam)
         a0.append(adv[:, 0])
         sc.append(s)

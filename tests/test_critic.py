@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from ppo_core.gae import adaptive_lam, compute_gae
+from ppo_core.gae import compute_gae
 from ppo_core.run.config import ConfigError, load_config
-from ppo_core.run.metrics import explained_variance, last_mean, read_metrics
+from ppo_core.run.metrics import ev_by_success, explained_variance, last_mean, read_metrics
 from ppo_core.run.runner import RunTrainer
 from ppo_core.run.setup import build_optimizer, param_groups
 
@@ -60,15 +60,6 @@ def test_lambda_one_targets_are_monte_carlo_returns_whatever_the_values():
     torch.testing.assert_close(ret_zero_critic, mc)
 
 
-def test_adaptive_lambda_formula():
-    mask = torch.arange(400)[None] < torch.tensor([400, 100, 20, 10, 1])[:, None]
-    lam = adaptive_lam(mask, 0.05)
-    torch.testing.assert_close(lam, torch.tensor([1 - 1 / 20, 1 - 1 / 5, 0.0, 0.0, 0.0]))  # 1 - 1/(alpha l), >= 0
-    assert adaptive_lam(mask, 1.0)[0].item() == pytest.approx(1 - 1 / 400)
-    with pytest.raises(ValueError, match="alpha"):
-        adaptive_lam(mask, 0.0)
-
-
 def test_first_token_credit_of_a_zero_critic_is_lambda_to_the_t_minus_1():
     """The decay chapter 03 states: with V = 0 and only a final score, A_0 = lam^(T-1) * score."""
     T = 100
@@ -77,8 +68,6 @@ def test_first_token_credit_of_a_zero_critic_is_lambda_to_the_t_minus_1():
     mask = torch.ones(1, T, dtype=torch.bool)
     adv, _ = compute_gae(rewards, torch.zeros(1, T), mask, 1.0, 0.95)
     assert adv[0, 0].item() == pytest.approx(0.95 ** (T - 1), rel=1e-5)
-    adv, _ = compute_gae(rewards, torch.zeros(1, T), mask, 1.0, adaptive_lam(mask, 0.05))
-    assert adv[0, 0].item() == pytest.approx(0.8 ** (T - 1), rel=1e-4)
 
 
 def _cfg(tiny_model_path, tmp_path, steps=1, *extra):
@@ -102,8 +91,7 @@ def test_value_head_gets_its_own_parameter_group_and_learning_rate(tiny_model_pa
     tr = RunTrainer(cfg)
     groups = tr.optimizer.param_groups
     assert [g["lr"] for g in groups] == [1e-4, 3e-3]
-    head = {id(p) for p in tr.actor.critic_parameters()}  # the head, and the cpu preset's policy reader
-    assert {id(p) for p in tr.actor.policy_reader.parameters()} < head
+    head = {id(p) for p in tr.actor.critic_parameters()}  # the head
     assert {id(p) for p in groups[1]["params"]} == head
     assert not head & {id(p) for p in groups[0]["params"]}
     n_all = sum(1 for p in tr.actor.parameters() if p.requires_grad)
@@ -181,13 +169,13 @@ def test_decoupled_lambda_trains_the_critic_on_compute_gae_with_lam_value(tiny_m
     )
     tr.reward_fn = lambda completion, answer: float(len(completion) % 3)  # an untrained model scores 0
     seen = {}
-    real_update = tr.update
+    real_data = tr.minibatch_data
 
-    def spy(ro, advantages, returns):
+    def spy(ro, advantages, returns):  # what step 5 cuts into minibatches
         seen.update(ro=ro, advantages=advantages, returns=returns)
-        return real_update(ro, advantages, returns)
+        return real_data(ro, advantages, returns)
 
-    tr.update = spy
+    tr.minibatch_data = spy
     tr.step()
     ro, rewards = seen["ro"], tr.last_step.rewards
     want_adv, _ = compute_gae(rewards, ro.values, ro.mask, 1.0, 0.9)
@@ -289,22 +277,14 @@ def test_value_updates_raise_explained_variance_on_a_fixed_rollout(tiny_model_pa
     assert scores.var() > 0 and ev[0] <= 0.01 and ev[1] > 0.5, ev
 
 
-def test_critic_benchmark_pools_explained_variance_by_success_band():
-    """benchmarks/critic.py's ev_by_success: each step in the band of its sampled success rate, seeds pooled,
-    0.9 and 1.0 in the top band, empty bands reported with 0 steps."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "critic_bench", Path(__file__).parents[1] / "benchmarks" / "critic.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+def test_ev_by_success_pools_explained_variance_by_success_band():
+    """run.metrics.ev_by_success (benchmarks/critic.py's table): each step in the band of its sampled success rate,
+    runs pooled, 0.9 and 1.0 in the top band, empty bands reported with 0 steps."""
     rows = [
         {"ev_curve": [0.1, 0.3, -0.2], "correct_curve": [0.2, 0.85, 0.9]},
         {"ev_curve": [0.2, 0.0], "correct_curve": [0.4, 1.0]},
     ]
-    got = {band: (n, ev) for band, n, ev in bench.ev_by_success(rows)}
+    got = {band: (n, ev) for band, n, ev in ev_by_success(rows)}
     assert got["[0.0, 0.5)"] == (2, pytest.approx(0.15))
     assert got["[0.5, 0.8)"][0] == 0
     assert got["[0.8, 0.9)"] == (1, pytest.approx(0.3))

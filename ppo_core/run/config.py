@@ -325,12 +325,12 @@ def _did_you_mean(key: str, valid: list[str]) -> str:
     return "; did you mean " + " or ".join(map(repr, close)) + "?" if close else ""
 
 
-def _preset_path(preset: str) -> Path:
-    if preset in PRESETS:
+def _preset_path(preset: str, presets: tuple = PRESETS) -> Path:
+    if preset in presets:
         return Path(str(resources.files("ppo_core.run") / "configs" / f"{preset}.yaml"))
     path = Path(preset).expanduser()
     if not path.is_file():
-        raise ConfigError(f"no preset or file {preset!r}: use one of {', '.join(PRESETS)} or a path to a YAML file")
+        raise ConfigError(f"no preset or file {preset!r}: use one of {', '.join(presets)} or a path to a YAML file")
     return path
 
 
@@ -351,10 +351,13 @@ def _merge(base, other, what: str, override_key: str = ""):
         raise ConfigError(f"bad config in {what}: {str(e).splitlines()[0]}") from None
 
 
-def load_config(preset: str = "cpu", overrides: list[str] | tuple = ()) -> Config:
-    """Preset (name or YAML path) + dotted ``key=value`` overrides -> a validated ``Config``."""
-    cfg = OmegaConf.structured(Config)
-    path = _preset_path(preset)
+def load_config(preset: str = "cpu", overrides: list[str] | tuple = (), schema=None, presets=PRESETS, check=None):
+    """Preset (name or YAML path) + dotted ``key=value`` overrides -> a validated ``Config``.
+
+    The reward-model command loads its own ``schema`` (``run.rm.RMConfig``), ``presets`` and ``check`` the same way.
+    """
+    cfg = OmegaConf.structured(schema or Config)
+    path = _preset_path(preset, presets)
     try:
         preset_cfg = OmegaConf.load(path)
     except Exception as e:  # YAML syntax error and the like
@@ -369,7 +372,7 @@ def load_config(preset: str = "cpu", overrides: list[str] | tuple = ()) -> Confi
             raise ConfigError(f"cannot parse override {item!r}: {str(e).splitlines()[0]}") from None
         cfg = _merge(cfg, dotlist, f"override {item!r}", item.split("=", 1)[0].strip())
     config = OmegaConf.to_object(cfg)
-    validate(config)
+    (check or validate)(config)
     return config
 
 
