@@ -91,7 +91,7 @@ class Setting:
     ours_overrides: list = field(default_factory=list)
 
 
-LIKE_FOR_LIKE = ["ppo.ent_coef=0.0", "ppo.max_grad_norm=0.0", "ppo.critic_reads_policy=false"]
+LIKE_FOR_LIKE = ["ppo.ent_coef=0.0", "ppo.max_grad_norm=0.0"]
 """TRL has no entropy bonus, no gradient clipping, and a value model that reads only the tokens."""
 
 

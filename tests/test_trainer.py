@@ -189,7 +189,7 @@ def test_cuda_code_path_random_qwen(tmp_path):
 
 
 def test_fast_paths_give_the_readable_paths_numbers(tiny_model_path, tmp_path, monkeypatch):
-    """train.fast_paths (run/fastpaths.py) changes how much work a step does, not what it computes."""
+    """train.fast_paths (fastpaths.py) changes how much work a step does, not what it computes."""
     from ppo_core import fastpaths
 
     monkeypatch.setattr(fastpaths, "SPLIT_MIN_PREFIX_TOKENS", 0)  # the prefix split on every minibatch

@@ -11,6 +11,7 @@ default) before they import this module.
 
 import argparse
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -22,7 +23,7 @@ from transformers.utils.logging import disable_progress_bar, enable_progress_bar
 
 from ..update import RatioCheckError
 from . import distributed
-from .checkpoint import latest_checkpoint
+from .checkpoint import CheckpointWriteError, latest_checkpoint
 from .config import PRESETS, ConfigError, load_config
 from .evaluation import evaluate_checkpoint
 from .guards import NonFiniteError
@@ -115,8 +116,9 @@ def _terse_output():
 
 EXIT_CODES = {
     0: "done",
-    2: "bad input (config, data, model, device): nothing written",
-    3: "the run stopped with a diagnosis (NaN/inf, ratio check, out of memory); earlier checkpoints intact",
+    2: "bad input (config, data, model, device, a damaged checkpoint): nothing written",
+    3: "the run stopped with a diagnosis (NaN/inf, ratio check, out of memory, a full disk); earlier checkpoints "
+    "intact",
     130: "stopped by SIGINT (Ctrl-C) after saving step_N",
     143: "stopped by SIGTERM after saving step_N",
 }
@@ -133,8 +135,11 @@ def _fail(message, code: int) -> int:
 
 def _diagnosis(err: Exception, output_dir: str) -> int | None:
     """Exit code 3 and one line for a run that stopped for a known reason; None for anything else (a bug)."""
-    if isinstance(err, (NonFiniteError, RatioCheckError)):
+    if isinstance(err, (NonFiniteError, RatioCheckError, CheckpointWriteError)):
         return _fail(err, 3)
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):  # a log, not a checkpoint
+        last = latest_checkpoint(output_dir)
+        return _fail(f"{err}; free disk space, then resume from {last or 'the start'} with train.resume=auto", 3)
     if isinstance(err, torch.OutOfMemoryError):
         last = latest_checkpoint(output_dir)
         return _fail(

@@ -28,6 +28,7 @@ from ..update import policy_and_critic
 from ..utils import hub_offline, hub_unreachable
 from .config import DEVICES, OPTIMIZERS, TASKS, Config, ConfigError, uses_critic
 from .lora import apply_lora
+from .manifest import MANIFEST, damage
 
 __all__ = [
     "resolve_device",
@@ -228,8 +229,12 @@ def load_reward_model(cfg: Config, device: torch.device):
     """The frozen reward model of ``reward.type=model`` (eval mode, no gradients, on ``device``); None: the rule."""
     if cfg.reward.type != "model":
         return None
+    path = Path(cfg.reward.path).expanduser()
+    why = damage(path) if (path / MANIFEST).is_file() else None  # a checkpoint of train_rm (run/manifest.py)
+    if why is not None:
+        raise ConfigError(f"reward.path={cfg.reward.path} is damaged: {why}; pass another checkpoint of its run")
     try:
-        rm = RewardModel.from_pretrained(Path(cfg.reward.path).expanduser())
+        rm = RewardModel.from_pretrained(path)
     except (OSError, ValueError) as err:
         raise ConfigError(
             f"reward.path={cfg.reward.path}: cannot load a reward model ({str(err).splitlines()[0]})"
