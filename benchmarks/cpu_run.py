@@ -74,12 +74,12 @@ def main() -> None:
             print(f"seed {seed}: sampled {r['before']:.3f} -> {r['after']:.3f} ({r['gain_points']:+.1f} points), "
                   f"critic EV last 10 {r['ev_last10']:+.2f}, {r['wall_s']:.0f} s ({r['step_s']:.2f} s/step; "
                   f"warm start {r['warmstart_s']:.0f} s)", flush=True)  # fmt: skip
+            if args.save:  # after every seed: a run cut short keeps the seeds it finished
+                data = {"targets": {"gain_points": GAIN_TARGET, "ev_last10": EV_TARGET}, "overrides": args.overrides,
+                        "load": args.load, "seeds_asked": args.seeds, "rows": rows}  # fmt: skip
+                save_result(args.save, data, command=" ".join(["python", *sys.argv]))
     met = [r["seed"] for r in rows if r["gain_points"] >= GAIN_TARGET and r["ev_last10"] >= EV_TARGET]
     print(f"gain >= +{GAIN_TARGET:.0f} and EV >= {EV_TARGET} on seeds {met} of {[r['seed'] for r in rows]}")
-    if args.save:
-        data = {"targets": {"gain_points": GAIN_TARGET, "ev_last10": EV_TARGET}, "overrides": args.overrides,
-                "load": args.load, "rows": rows}  # fmt: skip
-        save_result(args.save, data, command=" ".join(["python", *sys.argv]))
 
 
 if __name__ == "__main__":
