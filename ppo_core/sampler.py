@@ -16,7 +16,7 @@ from collections import deque
 
 import torch
 
-from .run.precision import DTYPES
+from .precision import DTYPES
 
 __all__ = ["Sampler"]
 
@@ -34,6 +34,18 @@ class Sampler:
             self.lm = copy.deepcopy(lm).to(self.dtype) if self.dtype is not None else copy.deepcopy(lm)
             self.lm.eval()
         self.versions = deque([self._snapshot(lm)], maxlen=stale_steps + 1) if stale_steps else None
+
+    def options(self, compute_dtype, correction) -> dict:
+        """``rollout.sample``'s keywords for these weights: the dtype (None for a copy: as its weights are), top-k,
+        top-p, and ``behaviour`` (keep mu's logprobs) when mu may differ or ``correction`` (``correction.*``) reads
+        it."""
+        reads = correction.mode == "bypass" or correction.is_level is not None or correction.rs_level is not None
+        dtype = None if self.dtype is not None else compute_dtype
+        return {"dtype": dtype, "behaviour": self.mismatch or reads, "top_k": self.top_k, "top_p": self.top_p}
+
+    def starts_at_ratio_one(self, correction) -> bool:
+        """Whether the first update's ratio is 1 (``train.check_ratio``): not if bypass clips against a distinct mu."""
+        return not (correction.mode == "bypass" and self.mismatch)
 
     @staticmethod
     def _snapshot(lm) -> dict:

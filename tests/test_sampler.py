@@ -9,14 +9,14 @@ from ppo_core.logprobs import logprobs_from_logits
 from ppo_core.model import position_ids_from_mask
 from ppo_core.rollout import sample
 from ppo_core.run.config import ConfigError, load_config
+from ppo_core.run.runner import build_trainer
 from ppo_core.sampler import Sampler
-from ppo_core.trainer import PPOTrainer
 from ppo_core.update import ppo_loss
 
 
 def make(model_path, out, *extra):
     cfg = load_config("cpu", _tiny_overrides(model_path, out, 3, "ppo.value_warmup_steps=0", *extra))
-    return PPOTrainer(cfg)
+    return build_trainer(cfg)
 
 
 def params(tr):
@@ -78,7 +78,7 @@ def test_exact_agreement_gives_the_identical_loss(tiny_model_path, tmp_path, one
     policy, _ = policy_inputs(ro.logprobs, ro.logprobs.clone(), ro.mask, cfg)
     base = dict(input_ids=ro.input_ids, attention_mask=ro.attention_mask, response_ids=ro.response_ids,
                 mask=ro.mask, old_values=ro.values, returns=ro.values, advantages=torch.randn_like(ro.values),
-                keep=ro.keep, old_logprobs=ro.logprobs, policy_features=ro.policy_features)  # fmt: skip
+                keep=ro.keep, old_logprobs=ro.logprobs)  # fmt: skip
     base = {k: v for k, v in base.items() if v is not None}
     losses = []
     base = {k: v.clone() if torch.is_tensor(v) else v for k, v in base.items()}  # not inference tensors
