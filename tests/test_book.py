@@ -402,7 +402,8 @@ def _check_markdown_page(page: str, found: dict, problems: list[str]) -> None:
     """A page written in markdown: every heading and table of its source is on the page, and no table is cut off."""
     source = (ROOT / f"{page}.md").read_text()
     source = re.sub(r"```.*?```", "", source, flags=re.S)  # code blocks hold no headings or tables
-    text = " ".join(found["text"].replace("\u2019", "'").split())  # Sphinx's smart quotes, undone
+    text = found["text"].replace("\u2019", "'").replace("\u201c", '"').replace("\u201d", '"')
+    text = " ".join(text.split())  # Sphinx's smart quotes, single and double, undone
     for heading in re.findall(r"^#{1,6} ([^$\n]+)$", source, re.M):  # (a heading with math is typeset apart)
         plain = re.sub(r"[`*]|\[([^]]*)\]\([^)]*\)", lambda m: m.group(1) or "", heading).strip()
         if plain not in text:
