@@ -169,6 +169,14 @@ def critic_long(name: str) -> str:
     return table(["config", "credit at token 0", "tokens", "right first token", "accuracy"], rows)
 
 
+def default_run(name: str) -> str:
+    """The default training command on several seeds (benchmarks/cpu_run.py): accuracy, critic, time."""
+    rows = [[r["seed"], f"{r['before']:.3f} → {r['after']:.3f}", f"{r['gain_points']:+.1f}",
+             f"{r['greedy_before']:.3f} → {r['greedy_after']:.3f}", f"{r['ev_last10']:+.2f}", f"{r['wall_s']:.0f}"]
+            for r in load(name)["rows"]]  # fmt: skip
+    return table(["seed", "sampled accuracy", "gain", "greedy accuracy", "EV last 10", "wall s"], rows)
+
+
 def _plt():
     import matplotlib
 
@@ -303,6 +311,7 @@ GENERATORS = {
     "critic_probe": critic_probe,
     "critic_oracle": critic_oracle,
     "critic_long": critic_long,
+    "default_run": default_run,
     "algos_curve": algos_curve,
     "algos_summary": algos_summary,
     "memory_logprobs": memory_logprobs,
