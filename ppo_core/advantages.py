@@ -25,8 +25,8 @@ import torch
 
 from .gae import compute_gae
 from .kl import KL_ESTIMATORS, kl_penalty
-from .losses import aggregate_loss
-from .masking import masked_mean, masked_sum, masked_whiten
+from .losses import aggregate_loss, token_stat
+from .masking import masked_sum, masked_whiten
 
 __all__ = [
     "ADV_ESTIMATORS",
@@ -163,5 +163,5 @@ def kl_loss(
     per_token = kl_penalty(logprobs, ref_logprobs, kl_loss_type)  # (B, T)
     loss = aggregate_loss(per_token, mask, loss_agg_mode, norm_len, units)
     with torch.no_grad():
-        stats = {"kl": masked_mean(per_token, mask).item()}
+        stats = {"kl": token_stat(per_token, mask, units)}
     return loss, stats

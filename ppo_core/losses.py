@@ -24,7 +24,15 @@ import torch
 from .logprobs import entropy_from_logits
 from .masking import masked_mean, masked_sum
 
-__all__ = ["policy_loss", "value_loss", "entropy_loss", "aggregate_loss", "loss_units", "LOSS_AGG_MODES"]
+__all__ = [
+    "policy_loss",
+    "value_loss",
+    "entropy_loss",
+    "aggregate_loss",
+    "loss_units",
+    "token_stat",
+    "LOSS_AGG_MODES",
+]
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
@@ -47,7 +55,8 @@ def policy_loss(
 
     All inputs (B, T); ``old_logprobs`` and ``advantages`` are constants (computed at rollout time).
     ``loss_agg_mode`` (``norm_len``, ``units``) pick how the per-token terms are averaged (``aggregate_loss``,
-    chapter 07); the stats are token means whatever the mode. Chapter 08's switches (veRL's keys in brackets):
+    chapter 07); the stats are token means whatever the mode (``token_stat``). Chapter 08's switches (veRL's keys
+    in brackets):
     ``clip_eps_low`` / ``clip_eps_high`` (clip_ratio_low / high; None: ``clip_eps``; DAPO's clip-higher
     raises the upper one), ``dual_clip_c`` (clip_ratio_c; None: off): for A < 0 the term is also capped at
     -A * c, so a token whose ratio exploded cannot dominate (Ye et al. 2019, arXiv 1912.09729).
@@ -73,10 +82,10 @@ def policy_loss(
     loss = aggregate_loss(loss_mat, mask, loss_agg_mode, norm_len, units)
     with torch.no_grad():
         stats = {
-            "clipfrac": masked_mean((clipped > unclipped).to(ratio.dtype), mask).item(),
-            "clipfrac_lower": masked_mean(dual.to(ratio.dtype), mask).item(),
-            "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask).item(),
-            "ratio_mean": masked_mean(ratio, mask).item(),
+            "clipfrac": token_stat(clipped > unclipped, mask, units),
+            "clipfrac_lower": token_stat(dual, mask, units),
+            "approx_kl": token_stat((ratio - 1.0) - log_ratio, mask, units),
+            "ratio_mean": token_stat(ratio, mask, units),
         }
     return loss, stats
 
@@ -100,7 +109,7 @@ def value_loss(
     err_clipped = (values_clipped - returns) ** 2
     loss = 0.5 * aggregate_loss(torch.maximum(err, err_clipped), mask, "token-mean", units=units)
     with torch.no_grad():
-        stats = {"clipfrac": masked_mean((err_clipped > err).to(err.dtype), mask).item()}
+        stats = {"clipfrac": token_stat(err_clipped > err, mask, units)}
     return loss, stats
 
 
@@ -114,7 +123,7 @@ def entropy_loss(
     """
     entropy = entropy_from_logits(logits, temperature)  # (B, T)
     loss = -aggregate_loss(entropy, mask, "token-mean", units=units)
-    return loss, {"entropy": masked_mean(entropy.detach(), mask).item()}
+    return loss, {"entropy": token_stat(entropy.detach(), mask, units)}
 
 
 def aggregate_loss(
@@ -154,3 +163,12 @@ def loss_units(mask: torch.Tensor) -> dict:
         "seq-mean-token-mean": int(mask.any(dim=1).sum()),
         "seq-mean-token-sum-norm": int(mask.shape[0]),
     }
+
+
+def token_stat(x: torch.Tensor, mask: torch.Tensor, units=None) -> float:
+    """A logged token mean of (B, T) ``x`` as a float; with ``units`` (``loss_units``' dict of the whole
+    minibatch) these rows' share of the minibatch's mean, so that the parts' stats add up as their losses do."""
+    with torch.no_grad():
+        n = units["token-mean"] if isinstance(units, dict) else None
+        x = x.detach() if x.is_floating_point() else x.float()  # a bool indicator counts as 0 / 1
+        return aggregate_loss(x, mask, "token-mean", units=n).item()

@@ -21,7 +21,7 @@ stats of ``losses.policy_loss``: ``clipfrac`` (share of tokens whose gradient th
 
 import torch
 
-from .losses import aggregate_loss, policy_loss
+from .losses import aggregate_loss, policy_loss, token_stat
 from .masking import masked_mean
 
 __all__ = ["POLICY_LOSSES", "compute_policy_loss", "gspo_loss", "cispo_loss", "sapo_loss"]
@@ -34,15 +34,14 @@ def _log_ratio(logprobs, old_logprobs, mask):
     return torch.where(mask.to(torch.bool), logprobs - old_logprobs, torch.zeros((), dtype=logprobs.dtype))
 
 
-def _stats(log_ratio, mask, cut, lower=None) -> dict:
+def _stats(log_ratio, mask, cut, units) -> dict:
     with torch.no_grad():
         ratio = torch.exp(log_ratio)
-        zero = torch.zeros_like(cut)
         return {
-            "clipfrac": masked_mean(cut.to(ratio.dtype), mask).item(),
-            "clipfrac_lower": masked_mean((zero if lower is None else lower).to(ratio.dtype), mask).item(),
-            "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask).item(),
-            "ratio_mean": masked_mean(ratio, mask).item(),
+            "clipfrac": token_stat(cut, mask, units),
+            "clipfrac_lower": 0.0,
+            "approx_kl": token_stat((ratio - 1.0) - log_ratio, mask, units),
+            "ratio_mean": token_stat(ratio, mask, units),
         }
 
 
@@ -60,7 +59,7 @@ def gspo_loss(logprobs, old_logprobs, advantages, mask, eps_lo=3e-4, eps_hi=4e-4
     unclipped = -advantages * s
     clipped = -advantages * torch.clamp(s, 1.0 - eps_lo, 1.0 + eps_hi)
     loss = aggregate_loss(torch.maximum(unclipped, clipped), mask, **agg)
-    return loss, _stats(log_ratio, mask, clipped > unclipped)
+    return loss, _stats(log_ratio, mask, clipped > unclipped, agg.get("units"))
 
 
 def cispo_loss(logprobs, old_logprobs, advantages, mask, eps_lo=0.2, eps_hi=0.28, **agg):
@@ -73,7 +72,7 @@ def cispo_loss(logprobs, old_logprobs, advantages, mask, eps_lo=0.2, eps_hi=0.28
     ratio = torch.exp(log_ratio)
     weight = torch.clamp(ratio, 1.0 - eps_lo, 1.0 + eps_hi).detach()  # (B, T), no gradient
     loss = aggregate_loss(-weight * advantages * logprobs, mask, **agg)
-    return loss, _stats(log_ratio, mask, weight != ratio.detach())
+    return loss, _stats(log_ratio, mask, weight != ratio.detach(), agg.get("units"))
 
 
 def sapo_loss(logprobs, old_logprobs, advantages, mask, tau_pos=1.0, tau_neg=1.05, band=(0.2, 0.2), **agg):
@@ -88,7 +87,7 @@ def sapo_loss(logprobs, old_logprobs, advantages, mask, tau_pos=1.0, tau_neg=1.0
     gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)  # (B, T), slope 1 at r = 1
     loss = aggregate_loss(-gate * advantages, mask, **agg)
     outside = (ratio.detach() > 1.0 + band[1]) | (ratio.detach() < 1.0 - band[0])
-    return loss, _stats(log_ratio, mask, outside)
+    return loss, _stats(log_ratio, mask, outside, agg.get("units"))
 
 
 def compute_policy_loss(
