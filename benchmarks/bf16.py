@@ -1,6 +1,6 @@
 """Learning in bf16, measured: the CPU run with bf16 compute against the same run in float32.
 
-    /work/bin/heavy .venv/bin/python benchmarks/bf16.py [--seed 0] [key=value ...]
+    .venv/bin/python benchmarks/bf16.py [--seed 0] [key=value ...]
 
 Both runs start from the same warm-started tiny model with the same seed and settings (the ``cpu``
 preset plus any overrides); only ``model.dtype`` differs. ``model.dtype=bfloat16`` means bf16

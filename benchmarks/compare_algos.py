@@ -13,7 +13,7 @@ prints, as mean and range over the seeds:
   ``time/step`` of the steps before each evaluation: sampling, scoring and updates, not the evaluations);
 * peak memory (the run's process, maximum resident set size) and the mean response length.
 
-Results go to ``--out`` (default ``benchmarks/results/compare_algos.json``, rewritten after every run, so an
+Results go to ``--out`` (default ``benchmarks/results/algorithms/compare.json``, rewritten after every run, so an
 interrupted benchmark keeps what it finished) and a plot beside it (``compare_algos.png``). ``--plot-only``
 redraws the plot and reprints the tables from that file; ``--merge A.json B.json`` combines the runs of
 several results files (seeds run as separate processes) into ``--out``. The warm-started models (one per seed) are
@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from results_meta import meta  # benchmarks/ is on sys.path when this script runs
 
 METHODS = {  # name -> preset
     "ppo": "cpu",
@@ -157,7 +159,7 @@ def main(argv=None) -> None:
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--steps", type=int, default=40, help="PPO steps per run (the cpu preset's 40)")
     ap.add_argument("--eval-every", type=int, default=10)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "compare_algos.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "algorithms" / "compare.json")
     ap.add_argument("--plot-only", action="store_true", help="redraw the plot and reprint the tables from --out")
     ap.add_argument("--merge", type=Path, nargs="+", help="combine the runs of these results files (e.g. one per seed)")
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every run (e.g. train.eval_samples=200)")
@@ -169,6 +171,7 @@ def main(argv=None) -> None:
         results = {**parts[0], "runs": [r for part in parts for r in part["runs"]]}
         results["command"] = " && ".join(part["command"] for part in parts)
         results["machine"] = "; ".join(part["machine"] for part in parts)
+        results["meta"] = {**parts[0].get("meta", {}), "command": [p.get("meta", {}).get("command") for p in parts]}
         args.out.write_text(json.dumps(results, indent=1))
     elif args.plot_only:
         results = json.loads(args.out.read_text())
@@ -177,6 +180,7 @@ def main(argv=None) -> None:
         results = {"command": " ".join(["python benchmarks/compare_algos.py", *sys.argv[1:]]),
                    "machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at start",
                    "eval_samples": int(eval_samples), "steps": args.steps, "runs": []}  # fmt: skip
+        results["meta"] = meta(results["command"])  # machine, date, commit, command (benchmarks/results_meta.py)
         work = Path(tempfile.mkdtemp(prefix="compare_algos_"))
         for seed in args.seeds:  # seed-major: an interrupted benchmark has every method on the first seeds
             for method in args.methods:

@@ -1,7 +1,6 @@
 """Memory of one PPO step for Qwen2.5-0.5B- and 1.5B-shaped models, per component, measured next to the formula.
 
-    /work/bin/heavy .venv/bin/python benchmarks/memory.py [--batch 2] [--prompt 64] [--response 32]
-    .venv/bin/python benchmarks/memory.py --policy-features [--batch 16] [--response 256]
+    .venv/bin/python benchmarks/memory.py [--batch 2] [--prompt 64] [--response 32]
     .venv/bin/python benchmarks/memory.py --logprobs [--batch 16] [--response 256]
 
 The shapes are Qwen2.5's public config.json numbers (random init, nothing downloaded):
@@ -44,6 +43,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from results_meta import save_result  # noqa: E402  (benchmarks/ is on sys.path: this script's folder)
 
 SHAPES = {
     "Qwen2.5-0.5B": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
@@ -192,26 +192,20 @@ def ppo_step_peak_rss(shape: dict, B: int, P: int, T: int) -> float:
 
 
 def _row_wise_peak(what: str, B: int, T: int, V: int, all_rows: bool, out) -> None:
-    """In a fresh process: bf16 (B, T, V) logits, then ``what`` on them (``features``: ``model.policy_features``, a
-    row at a time; ``logprobs``: ``logprobs_from_logits``; ``entropy``: ``entropy_from_logits``, as ``update`` logs
-    it; both in chunks of ``CHUNK_BYTES``); sends the growth of the process's peak RSS over its RSS just before, in
-    bytes (Linux: /proc/self). ``all_rows``: the one-shot (B, T, V) float32 form each used before."""
+    """In a fresh process: bf16 (B, T, V) logits, then ``what`` on them (``logprobs``: ``logprobs_from_logits``;
+    ``entropy``: ``entropy_from_logits``, as ``update`` logs it; both in chunks of ``CHUNK_BYTES``); sends the
+    growth of the process's peak RSS over its RSS just before, in bytes (Linux: /proc/self). ``all_rows``: the
+    one-shot (B, T, V) float32 form each used before."""
     from ppo_core.logprobs import entropy_from_logits, logprobs_from_logits
-    from ppo_core.model import policy_features
 
     torch.manual_seed(0)
     logits = torch.empty(B, T, V, dtype=torch.bfloat16).normal_(0, 3)  # no float32 temporary
-    logprobs, mask, tokens = torch.randn(B, T).clamp(max=0), torch.ones(B, T), torch.randint(0, V, (B, T))
+    tokens = torch.randint(0, V, (B, T))
     gc.collect()
     Path("/proc/self/clear_refs").write_text("5")  # Linux: the peak RSS (VmHWM) restarts from the RSS now
     before = _status_kib("VmRSS")
     with torch.inference_mode():  # as at scoring time (rollout.score) and for the logged entropy
-        if what == "features" and all_rows:
-            logp = torch.log_softmax(logits.float(), dim=-1)
-            _ = logp.max(-1).values.exp(), -(logp.exp() * logp).sum(-1)  # what the features took, all rows at once
-        elif what == "features":
-            policy_features(logits, logprobs, mask)
-        elif what == "logprobs" and all_rows:
+        if what == "logprobs" and all_rows:
             torch.log_softmax(logits.float(), dim=-1).gather(-1, tokens.unsqueeze(-1))
         elif what == "logprobs":
             logprobs_from_logits(logits, tokens)
@@ -231,7 +225,7 @@ def _status_kib(field: str) -> int:
 
 
 def row_wise_peaks(what: str, B: int, T: int, V: int = 151936) -> dict:
-    """The extra peak memory (bytes) of ``what`` (features, logprobs or entropy) on bf16 (B, T, V) logits, all rows
+    """The extra peak memory (bytes) of ``what`` (logprobs or entropy) on bf16 (B, T, V) logits, all rows
     at once (key True) and as the package takes them (False), each measured in a process of its own."""
     ctx = multiprocessing.get_context("spawn")
     peaks = {}
@@ -242,18 +236,6 @@ def row_wise_peaks(what: str, B: int, T: int, V: int = 151936) -> dict:
         peaks[all_rows] = q.get()
         p.join()
     return peaks
-
-
-def policy_features_peaks(B: int, T: int, V: int = 151936) -> dict:
-    """``ppo.critic_reads_policy``'s features at scoring time (``row_wise_peaks('features', ...)``)."""
-    return row_wise_peaks("features", B, T, V)
-
-
-def policy_features_report(B: int, T: int, V: int = 151936) -> str:
-    peaks, logits = policy_features_peaks(B, T, V), B * T * V * 2
-    return (f"policy_features on bf16 logits of {B} x {T} x {V} ({logits / GB:.2f} GiB), extra peak RSS:\n"
-            f"  all rows at once (one (B, T, V) float32 log-softmax): {peaks[True] / GB:6.2f} GiB\n"
-            f"  row by row (model.policy_features):                   {peaks[False] / GB:6.2f} GiB")  # fmt: skip
 
 
 def logprobs_report(B: int, T: int, V: int = 151936) -> str:
@@ -274,25 +256,21 @@ def logprobs_report(B: int, T: int, V: int = 151936) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, help="sequences per minibatch (and per rollout here); default 2 (16 "
-                    "with --policy-features or --logprobs, the cuda preset's scoring chunk)")  # fmt: skip
+                    "with --logprobs, the cuda preset's scoring chunk)")  # fmt: skip
     ap.add_argument("--prompt", type=int, default=64, help="prompt tokens P")
     ap.add_argument("--response", type=int, help="response tokens T; default 32 (256 with "
-                    "--policy-features or --logprobs, the cuda preset's max_new_tokens)")  # fmt: skip
+                    "--logprobs, the cuda preset's max_new_tokens)")  # fmt: skip
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES))
-    ap.add_argument(
-        "--policy-features",
-        action="store_true",
-        help="instead: the extra peak memory of "
-        "ppo.critic_reads_policy's features at scoring time on Qwen2.5's vocabulary",
-    )
     ap.add_argument("--logprobs", action="store_true", help="instead: the extra peak memory of the token "
                     "logprobs and the logged entropy on Qwen2.5's vocabulary, all rows at once and in the package's "
                     "chunks")  # fmt: skip
+    ap.add_argument("--json", default="benchmarks/results/memory/logprobs.json", help="where --logprobs saves")
     args = ap.parse_args()
     if args.logprobs:
-        return print(logprobs_report(args.batch or 16, args.response or 256))
-    if args.policy_features:
-        return print(policy_features_report(args.batch or 16, args.response or 256))
+        printed = logprobs_report(args.batch or 16, args.response or 256)
+        print(printed)
+        command = " ".join(["python benchmarks/memory.py", *sys.argv[1:]])
+        return print(save_result(args.json, {"printed": printed.splitlines()}, command=command))
     torch.set_num_threads(2)
     B, P, T = args.batch or 2, args.prompt, args.response or 32
     print(f"batch B={B}, prompt P={P}, response T={T}; torch {torch.__version__}, CPU; GiB = 2^30 bytes\n")

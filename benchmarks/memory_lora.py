@@ -1,6 +1,6 @@
 """Peak CPU memory of one PPO update step, full fine-tuning vs LoRA, on Qwen2.5-0.5B and -1.5B shapes.
 
-    /work/bin/heavy .venv/bin/python benchmarks/memory_lora.py [--cap-gib 6] [--sizes 0.5B,1.5B] [--dtype bfloat16]
+    .venv/bin/python benchmarks/memory_lora.py [--cap-gib 6] [--sizes 0.5B,1.5B] [--dtype bfloat16]
 
 The models are built from the public config numbers (random init, no download; see SHAPES) the way
 the trainer builds them (``run.setup.load_models``, ``run.precision``), with ``--dtype`` as

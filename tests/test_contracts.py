@@ -1,4 +1,4 @@
-"""Contracts of the algorithm functions that the per-module tests left open (found by benchmarks/mutation.py).
+"""Contracts of the algorithm functions that the per-module tests left open (found by tests/quality/mutation.py).
 
 Each test pins a promise a caller relies on: a 0/1 mask of any dtype means the same as a bool mask (the
 trainer passes ``attention_mask``-style long tensors), the documented defaults are the ones the code uses,

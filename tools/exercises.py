@@ -1,4 +1,4 @@
-"""The exercises of every chapter, and the learner copies made from the chapters (issue 5).
+"""The exercises of every chapter, and the learner copies made from the chapters.
 
 The chapter notebooks in ``chapters/`` are the one source of truth: each exercise is a code cell
 tagged ``exercise`` whose body holds the working solution between the marker lines

@@ -3,8 +3,10 @@
 A run folder (``train.output_dir``) holds ``step_N/`` checkpoints, ``final/``, and the run's logs.
 A checkpoint is written into ``.tmp-<name>-<pid>/``, flushed to disk, then renamed to ``<name>/``: a
 rename is atomic, so a process killed during a save (even with kill -9) leaves either the complete
-new checkpoint or none, never a folder that looks complete but is not. ``trainer_state.pt`` is the
-last file written, and only folders holding it count as checkpoints.
+new checkpoint or none, never a folder that looks complete but is not. ``manifest.json`` (``run/manifest.py``:
+each file's size and hash) is the last file written, so a checkpoint can prove it is whole:
+``latest_intact_checkpoint`` skips damaged ones. A save the disk refuses (full, read-only) leaves no
+temporary folder and raises ``CheckpointWriteError``; the checkpoints before it stay intact.
 
 ``StopOnSignal`` turns SIGINT (Ctrl-C) and SIGTERM into a request the training loop answers after
 the step in flight (it saves ``step_N`` and returns); ``config_changes`` lists the settings a resume
@@ -19,12 +21,15 @@ import threading
 from pathlib import Path
 
 from ..utils import write_folder_atomically
+from .manifest import MANIFEST, damage, is_write_failure, write_manifest
 
 __all__ = [
     "STATE_FILE",
     "checkpoint_step",
     "latest_checkpoint",
+    "latest_intact_checkpoint",
     "write_atomically",
+    "CheckpointWriteError",
     "recover_interrupted_saves",
     "clear_run",
     "prune",
@@ -93,16 +98,61 @@ def latest_checkpoint(output_dir) -> Path | None:
     return max(found, default=(None, None, None))[2]
 
 
+def latest_intact_checkpoint(output_dir) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest checkpoint in ``output_dir`` that its manifest (or, saved before manifests, a full read) proves
+    whole, and the newer ones skipped as ``(path, what is wrong)``."""
+    found = []
+    for path in Path(output_dir).glob("*"):
+        if _is_checkpoint_name(path.name) and path.is_dir():
+            step = checkpoint_step(path) if (path / STATE_FILE).is_file() else step_of_name(path.name)
+            found.append((float("inf") if step is None else step, path.name == "final", path))  # final unreadable
+    skipped = []
+    for _, _, path in sorted(found, reverse=True):
+        has_state = (path / STATE_FILE).is_file()
+        why = damage(path) if has_state or (path / MANIFEST).is_file() else None
+        why = why or (None if has_state else f"{path / STATE_FILE}: missing")
+        if why is None:
+            return path, skipped
+        skipped.append((path, why))
+    return None, skipped
+
+
 def later_checkpoints(output_dir, step: int) -> list[Path]:
-    """The checkpoints in ``output_dir`` saved after ``step`` (by an attempt that a resume abandons)."""
-    return sorted(
-        p for p in Path(output_dir).glob("*") if _is_checkpoint_name(p.name) and (checkpoint_step(p) or 0) > step
-    )
+    """The checkpoints in ``output_dir`` saved after ``step`` (by an attempt that a resume abandons), damaged
+    ones too (a step_N by its name; a final/ whose step is unreadable counts as later)."""
+
+    def step_of(p):
+        saved = checkpoint_step(p)
+        return saved if saved is not None else step_of_name(p.name) if p.name != "final" else float("inf")
+
+    return sorted(p for p in Path(output_dir).glob("*") if _is_checkpoint_name(p.name) and step_of(p) > step)
+
+
+class CheckpointWriteError(RuntimeError):
+    """The disk refused a checkpoint (full, read-only, I/O error): nothing of it was kept, earlier ones are intact."""
 
 
 def write_atomically(output_dir, name: str, write) -> Path:
-    """Call ``write(tmp_folder)``, flush it to disk, then publish it as ``output_dir/name`` with a rename."""
-    return write_folder_atomically(Path(output_dir) / name, write)
+    """Call ``write(tmp_folder)``, add the manifest, flush it to disk, then publish it as ``output_dir/name``
+    with a rename. On failure the temporary folder is removed (an I/O failure: ``CheckpointWriteError``)."""
+
+    def write_then_manifest(tmp: Path) -> None:
+        write(tmp)
+        write_manifest(tmp)  # last: it hashes every file written above
+
+    try:
+        return write_folder_atomically(Path(output_dir) / name, write_then_manifest)
+    except BaseException as err:
+        recover_interrupted_saves(output_dir)  # drops our .tmp-*, puts back a checkpoint moved aside
+        if not is_write_failure(err):
+            raise
+        last = latest_intact_checkpoint(output_dir)[0]
+        kept = f"the last checkpoint {last} is intact" if last else "no checkpoint was saved before it"
+        reason = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+        raise CheckpointWriteError(
+            f"could not write {Path(output_dir) / name} ({reason}): what was written of it is removed, {kept}; "
+            "free disk space (or choose another train.output_dir), then continue with train.resume=auto"
+        ) from err
 
 
 def prune(output_dir, keep_last: int) -> None:

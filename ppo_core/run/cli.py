@@ -12,6 +12,7 @@ imports what loads torch.
 
 import argparse
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -120,7 +121,8 @@ def _terse_output():
 EXIT_CODES = {
     0: "done",
     2: "bad input (config, data, model, device): nothing written",
-    3: "the run stopped with a diagnosis (NaN/inf, ratio check, out of memory); earlier checkpoints intact",
+    3: "the run stopped with a diagnosis (NaN/inf, ratio check, out of memory, a full disk); earlier checkpoints "
+    "intact",
     130: "stopped by SIGINT (Ctrl-C) after saving step_N",
     143: "stopped by SIGTERM after saving step_N",
 }
@@ -140,10 +142,14 @@ def _diagnosis(err: Exception, output_dir: str) -> int | None:
     import torch  # loaded by now; imported here so that importing this module loads no torch
 
     from ..update import RatioCheckError
+    from .checkpoint import CheckpointWriteError
     from .guards import NonFiniteError
 
-    if isinstance(err, (NonFiniteError, RatioCheckError)):
+    if isinstance(err, (NonFiniteError, RatioCheckError, CheckpointWriteError)):
         return _fail(err, 3)
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):  # a log, not a checkpoint
+        last = latest_checkpoint(output_dir)
+        return _fail(f"{err}; free disk space, then resume from {last or 'the start'} with train.resume=auto", 3)
     if isinstance(err, torch.OutOfMemoryError):
         last = latest_checkpoint(output_dir)
         return _fail(

@@ -12,8 +12,9 @@ from ..rollout import complete
 from ..tasks import rewards
 from ..tasks.data import build_prompt
 from ..tasks.rewards import is_correct
-from .config import load_config
+from .config import ConfigError, load_config
 from .lora import is_lora_checkpoint, load_merged
+from .manifest import damage
 from .precision import DTYPES
 from .setup import fit_prompt_len, load_task, resolve_device
 
@@ -50,6 +51,9 @@ def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> 
     ckpt = Path(checkpoint)
     if not (ckpt / "config.json").is_file() and not is_lora_checkpoint(ckpt):
         raise FileNotFoundError(f"{ckpt} is not a checkpoint folder (no config.json); pass a step_N or final folder")
+    why = damage(ckpt)  # its manifest, or for a folder without one a full read (run/manifest.py)
+    if why is not None:
+        raise ConfigError(f"{ckpt} is damaged: {why}; evaluate another checkpoint of the run")
     run_cfg = ckpt.parent / "effective_config.yaml"
     if preset == "auto":
         preset = str(run_cfg) if run_cfg.is_file() else "cpu"

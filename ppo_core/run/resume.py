@@ -27,28 +27,46 @@ from .checkpoint import (
     clear_run,
     config_changes,
     later_checkpoints,
-    latest_checkpoint,
+    latest_intact_checkpoint,
     prune,
     write_atomically,
 )
 from .config import ConfigError
 from .guards import NonFiniteError, nonfinite_parameters
+from .manifest import MANIFEST, damage
 from .metrics import MetricsLogger, last_logged_step
 
 __all__ = ["resume_path", "open_run", "save_checkpoint", "load_checkpoint", "set_aside_after"]
 
 
 def resume_path(cfg) -> Path | None:
-    """The checkpoint to resume from, or None for a fresh run; refuses to mix a fresh run into an old one."""
+    """The checkpoint to resume from, or None for a fresh run; refuses to mix a fresh run into an old one.
+
+    Checks the checkpoint is whole first (``run/manifest.py``): ``train.resume=auto`` skips damaged ones, with a
+    warning each, to the newest intact one; a damaged checkpoint named by path is refused (one line)."""
     t, out = cfg.train, Path(cfg.train.output_dir)
     if t.resume == "auto":
-        return latest_checkpoint(out)  # None: nothing saved yet, so start afresh
+        path, skipped = latest_intact_checkpoint(out)  # None and nothing skipped: nothing saved yet, start afresh
+        for bad, why in skipped:
+            warnings.warn(f"train.resume=auto: skipping the damaged checkpoint {bad.name} ({why})", stacklevel=2)
+        if path is None and skipped:
+            raise ConfigError(
+                f"train.resume=auto: no intact checkpoint in {out} (damaged: {', '.join(p.name for p, _ in skipped)}); "
+                "pass train.resume=PATH to an intact copy, or start over with train.overwrite=true"
+            )
+        return path
     if t.resume:
         path = Path(t.resume).expanduser()
-        if checkpoint_step(path) is None:
+        if not (path / STATE_FILE).is_file() and not (path / MANIFEST).is_file():
             raise ConfigError(
                 f"train.resume={t.resume} is not a complete checkpoint (no {STATE_FILE}); "
                 "pass a step_N or final folder, or train.resume=auto"
+            )
+        why = damage(path)
+        if why is not None:
+            raise ConfigError(
+                f"train.resume={t.resume} is damaged: {why}; resume from another checkpoint "
+                "(train.resume=auto takes the newest intact one)"
             )
         return path
     previous = sorted(
@@ -74,7 +92,7 @@ def open_run(trainer, resume: Path | None) -> MetricsLogger:
     out.mkdir(parents=True, exist_ok=True)
     if resume is not None:
         load_checkpoint(trainer, resume)
-        set_aside_after(out, trainer.step_count)
+        set_aside_after(out, trainer.step_count, resume)
     OmegaConf.save(OmegaConf.structured(cfg), out / "effective_config.yaml")
     wandb_cfg = {"project": cfg.train.wandb_project, "config": asdict(cfg)} if cfg.train.wandb else None
     logger = MetricsLogger(out, cfg.train.tensorboard, wandb_cfg)
@@ -160,11 +178,15 @@ def load_checkpoint(trainer, path) -> None:
         torch.cuda.set_rng_state_all(state["cuda_rng"])
 
 
-def set_aside_after(out: Path, step: int) -> None:
+def set_aside_after(out: Path, step: int, resumed: Path | None = None) -> None:
     """Resuming from step N abandons what a previous attempt saved after N (it belongs to another
-    trajectory). Nothing is deleted: the later checkpoints, the summary and a copy of the full logs
-    move to ``abandoned/after_step_N-<time>/``, out of the way of ``resume=auto`` and ``keep_last``."""
+    trajectory), and a damaged final/ of step N. Nothing is deleted: those checkpoints, the summary and a copy
+    of the full logs move to ``abandoned/after_step_N-<time>/``, out of the way of ``resume=auto`` and ``keep_last``."""
     later = later_checkpoints(out, step)
+    final = out / "final"
+    other = resumed is None or final.resolve() != Path(resumed).resolve()
+    if final.is_dir() and other and checkpoint_step(final) == step and damage(final) is not None:
+        later.append(final)  # else a resumed finished run would keep it and skip saving a new one
     logs = [out / name for name in ("metrics.jsonl", "samples.jsonl")]
     logged_after = any((last_logged_step(path) or 0) > step for path in logs if path.exists())
     if not later and not logged_after:

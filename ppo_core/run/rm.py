@@ -378,7 +378,8 @@ def train_rm(cfg: RMConfig) -> dict:
 
 
 def main(argv=None) -> int:
-    """Exit 0 done, 2 bad input (config, data file, model path): one line on stderr, nothing written."""
+    """Exit 0 done, 2 bad input (config, data file, model path, a damaged checkpoint to resume): one line on stderr,
+    nothing written; 3 a checkpoint the disk refused (full): one line, earlier checkpoints intact."""
     ap = argparse.ArgumentParser(prog="python -m ppo_core.train_rm", description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="rm_cpu", help="a preset (rm_cpu) or a YAML file (default: rm_cpu)")
     ap.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.steps=50 data.source=x.jsonl")
@@ -394,6 +395,13 @@ def main(argv=None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except Exception as err:
+        from .checkpoint import CheckpointWriteError
+
+        if not isinstance(err, CheckpointWriteError):
+            raise  # a bug: keep the traceback
+        print(f"error: {err}", file=sys.stderr)  # the disk refused a checkpoint; earlier ones are intact
+        return 3
     print(
         f"reward model: {cfg.train.output_dir}/final  held-out pairwise accuracy "
         f"{summary['heldout_accuracy_before']:.3f} -> {summary['heldout_accuracy']:.3f} "

@@ -1,15 +1,15 @@
-"""Mutation score of the PPO algorithm: chapters 01-05's and 07's modules and the trainer's step (issue 19).
+"""Mutation score of the PPO algorithm: chapters 01-05's and 07's modules and the trainer's step.
 
-    pip install -r benchmarks/requirements-mutation.txt     # mutmut 3.8.1, not part of the course's install
-    python benchmarks/mutation.py                            # every target below, 2 workers
-    python benchmarks/mutation.py --only kl,gae --max-children 1
+    pip install -r tests/quality/requirements-mutation.txt     # mutmut 3.8.1, not part of the course's install
+    python tests/quality/mutation.py                            # every target below, 2 workers
+    python tests/quality/mutation.py --only kl,gae --max-children 1
 
 mutmut 3 reads ``[tool.mutmut]`` in pyproject.toml (which files it mutates, which tests it runs: the unit
 tests of these modules and tests/test_algorithm_box.py; each mutant runs only the tests that call its
 function). This script starts from a clean ``mutants/`` folder, asks mutmut for the mutants of TARGETS (the
 trainer's step, not its checkpoint or logging code), prints mutmut's own output, then its verdict for every
 mutant grouped by status, the diff of every survivor, and the score killed / checked. Exit status 1 if any
-mutant survived. Not part of the test command: it takes minutes (run it through /work/bin/heavy).
+mutant survived. Not part of the test command: it takes minutes.
 """
 
 import argparse
@@ -24,7 +24,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TARGETS = {
     "logprobs": ["ppo_core.logprobs.*"],
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     names = [n for t in targets for n in TARGETS[t]]
     mutmut = shutil.which("mutmut", path=str(Path(sys.executable).parent)) or shutil.which("mutmut")
     if mutmut is None:
-        sys.exit("mutmut is not installed; pip install -r benchmarks/requirements-mutation.txt")
+        sys.exit("mutmut is not installed; pip install -r tests/quality/requirements-mutation.txt")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the tests must import the mutants
     partial = ""
     if not args.report_only:

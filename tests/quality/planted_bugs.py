@@ -1,19 +1,19 @@
-"""Plant one-line bugs in the PPO step, one at a time, and see which tests catch each (issue 19).
+"""Plant one-line bugs in the PPO step, one at a time, and see which tests catch each.
 
 Each bug is applied to a scratch copy of the repository (``ppo_core/`` and ``tests/``), never to the
 checkout itself; the selected tests then run there in a subprocess.
 
-    python benchmarks/planted_bugs.py                                   # tests/test_algorithm_box.py
-    python benchmarks/planted_bugs.py tests/test_gae.py tests/test_kl.py  # any other selection
-    python benchmarks/planted_bugs.py --wide                            # the wide catalog, below
+    python tests/quality/planted_bugs.py                                   # tests/test_algorithm_box.py
+    python tests/quality/planted_bugs.py tests/test_gae.py tests/test_kl.py  # any other selection
+    python tests/quality/planted_bugs.py --wide                            # the wide catalog, below
 
-``--wide`` runs the catalog in ``benchmarks/planted_bugs_wide.json`` instead: bugs outside the PPO step (the
+``--wide`` runs the catalog in ``tests/quality/planted_bugs_wide.json`` instead: bugs outside the PPO step (the
 tasks, the reward model, checkpoints and resume, metrics, LoRA, precision, the CLI, the exercise checkers, the
 widgets, distributed training), each of which passed every test once, each against the tests written to catch it
 (its "tests" entry). ``--only TEXT`` keeps the bugs whose label contains TEXT.
 
 Prints one line per bug: caught (with the number of failing tests) or SURVIVED. Exit status 1 if any
-bug survives. Run it through /work/bin/heavy on a shared machine (about 10 s per bug).
+bug survives. About 10 s per bug on two CPU cores.
 """
 
 import argparse
@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # (label, file, [(exact text, replacement), ...]): the first text found exactly once is replaced (the trainer's
 # step has two versions: before and after it was split into collect + learn)

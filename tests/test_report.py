@@ -1,0 +1,89 @@
+"""The Measurements pages are generated from benchmarks/results/ (tools/report.py), and nothing else.
+
+``python -m tools.report --check`` passes on the committed tree and fails when a number on a page, a figure
+or a results file changes without regenerating; the prose around the generated blocks retypes no number, and
+every results file records where it was made and is shown on a page.
+"""
+
+import json
+import re
+import shutil
+
+import pytest
+
+from tools import report
+
+RESULTS = sorted(report.RESULTS.rglob("*.json"))
+
+
+def _prose(text: str) -> str:
+    """A page's hand-written text: the generated blocks and code blocks taken out."""
+    text = report.BLOCK.sub("", text)
+    return re.sub(r"```.*?```", "", text, flags=re.S)
+
+
+RETYPED = re.compile(r"[+-]\d+\.\d|\d\.\d{2,}|\d+(\.\d+)? ?%|\d+\.\d+ ?(s|GiB|MiB|MB|min)\b")
+"""A number as a result looks: signed, two or more decimals, a percentage, a duration or a size."""
+
+
+def test_the_committed_pages_are_current():
+    assert report.main(["--check"]) == 0, "run `python -m tools.report` and commit the pages it writes"
+
+
+def test_a_number_edited_by_hand_fails_the_check(tmp_path):
+    pages = tmp_path / "measurements"
+    shutil.copytree(report.PAGES, pages)
+    page = pages / "critic.md"
+    text = page.read_text()
+    edited = re.sub(r"\| \+0\.20 \|", "| +0.30 |", text, count=1)  # a seed's explained variance, nudged
+    assert edited != text
+    page.write_text(edited)
+    assert report.stale(pages) == [str(page)]
+
+
+def test_an_edited_figure_fails_the_check(tmp_path):
+    pages = tmp_path / "measurements"
+    shutil.copytree(report.PAGES, pages)
+    figure = next((pages / "images").glob("*.svg"))
+    figure.write_text(figure.read_text().replace("</svg>", "<!-- touched --></svg>"))
+    assert report.stale(pages) == [str(figure)]
+
+
+def test_a_rerun_benchmark_makes_its_page_stale(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    shutil.copytree(report.RESULTS, results)
+    path = results / "algorithms" / "compare_short.json"
+    data = json.loads(path.read_text())
+    data["runs"][0]["after"] += 0.01
+    path.write_text(json.dumps(data))
+    monkeypatch.setattr(report, "RESULTS", results)
+    pages = tmp_path / "measurements"
+    shutil.copytree(report.PAGES, pages)
+    assert str(pages / "algorithms.md") in report.stale(pages)
+
+
+@pytest.mark.parametrize("page", sorted(report.PAGES.glob("*.md")), ids=lambda p: p.name)
+def test_the_prose_retypes_no_number(page):
+    found = [m.group(0) for m in RETYPED.finditer(_prose(page.read_text()))]
+    assert not found, f"{page.name}: numbers typed by hand outside the generated blocks: {found}"
+
+
+def test_the_retyped_number_check_rejects_numbers():
+    for text in ("the critic explains +0.33", "gains 0.588", "takes 3.5 min", "saves 15 %", "0.58 GiB"):
+        assert RETYPED.search(_prose(text)), text
+    assert not RETYPED.search(_prose("Qwen2.5 over 40 steps, seeds 0-2, `ppo.lam_value=1.0`"))
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.relative_to(report.RESULTS).as_posix())
+def test_every_result_records_where_it_was_made_and_is_shown(path):
+    meta = json.loads(path.read_text())["meta"]
+    assert {"machine", "date", "commit", "command"} <= set(meta)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", meta["date"]) and meta["commit"] and meta["command"]
+    name = path.relative_to(report.RESULTS).as_posix()
+    shown = "\n".join(p.read_text() for p in report.PAGES.glob("*.md"))
+    assert f"`benchmarks/results/{name}`: machine:" in shown, f"no Measurements page shows {name} with its meta"
+
+
+def test_an_unknown_block_is_refused():
+    with pytest.raises(SystemExit, match="unknown generated block 'no_such'"):
+        report.render("<!-- report: no_such x -->\n<!-- /report -->", {})

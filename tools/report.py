@@ -1,0 +1,369 @@
+"""The book's Measurements pages, generated from the results files in ``benchmarks/results/``.
+
+    python -m tools.report           # rewrite the generated blocks of book/measurements/*.md and their figures
+    python -m tools.report --check   # exit 1, naming them, if a page or figure is stale or was edited by hand
+
+A page is prose written by hand around generated blocks; the prose states conclusions, the blocks hold every
+number, each with the ``meta`` (machine, date, commit, command) of the file it comes from:
+
+    <!-- report: critic_runs critic/settings.json -->
+    (generated: replaced on every run)
+    <!-- /report -->
+"""
+
+import argparse
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PAGES = ROOT / "book" / "measurements"
+FIGURES = PAGES / "images"
+BLOCK = re.compile(r"(<!-- report: (?P<spec>[^>]+?) -->\n)(?P<body>.*?)(<!-- /report -->)", re.S)
+
+SEPARATE = "ppo.separate_critic=true,ppo.value_lr=1e-3,ppo.lam_value=1.0"
+NAMED = {  # benchmarks/critic.py's named configs when these runs were made: overrides on top of "today"
+    "today": "the course's first critic: a value head on the policy's trunk, one learning rate, one lambda",
+    "value_lr": "ppo.value_lr=1e-3",
+    "lam_value": "ppo.lam_value=1.0",
+    "warmup": "ppo.value_warmup_steps=5",
+    "value_lr+lam_value": "ppo.value_lr=1e-3, ppo.lam_value=1.0",
+    "all": "ppo.value_lr=1e-3, ppo.lam_value=1.0, ppo.value_warmup_steps=5",
+    "separate": SEPARATE.replace(",", ", "),
+    "vc-ppo": "ppo.value_lr=1e-3, ppo.lam_value=1.0, ppo.value_warmup_steps=10",
+    "lam1": "ppo.lam=1.0",
+    "today+policy_lr2e-4": "ppo.lr=2e-4",
+    "separate+reads_policy": SEPARATE.replace(",", ", ") + ", ppo.critic_reads_policy=true",
+    "separate+reads_policy+policy_lr2e-4": SEPARATE.replace(",", ", ") + ", ppo.critic_reads_policy=true, ppo.lr=2e-4",
+}
+REMOVED = (
+    "Rows marked *(removed)* used `ppo.critic_reads_policy`, an experiment of the course the package no longer has."
+)
+ALGOS = {"ppo": "PPO", "grpo": "GRPO", "drgrpo": "Dr. GRPO", "rloo": "RLOO", "reinforcepp": "REINFORCE++"}
+
+
+def load(name: str) -> dict:
+    """A results file, ``benchmarks/results/<name>``."""
+    return json.loads((RESULTS / name).read_text())
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _machine(machine) -> str:
+    if isinstance(machine, dict):
+        return ", ".join(f"{k} {v}" for k, v in machine.items())
+    return str(machine)
+
+
+def meta(*names: str) -> str:
+    """Where each file's numbers come from: machine, date, commit and command(s)."""
+    out = []
+    for name in names:
+        m = load(name)["meta"]
+        commands = m["command"] if isinstance(m["command"], list) else [m["command"]]
+        out.append(f"- `benchmarks/results/{name}`: machine: {_machine(m['machine'])}; date {m['date']}; "
+                   f"commit `{m['commit']}`")  # fmt: skip
+        out += [f"  - `{c}`" for c in commands]
+        if "recovered" in m:
+            out.append(f"  - {m['recovered']}")
+    return "\n".join(out)
+
+
+def config_label(config: str) -> str:
+    """A run's config for a table: a name, or its overrides with the separate critic's written as ``separate``."""
+    removed = "reads_policy" in config
+    if config == SEPARATE:
+        config = "separate"
+    elif config.startswith(SEPARATE + ","):
+        config = "separate + " + config[len(SEPARATE) + 1 :].replace(",", ", ")
+    else:
+        config = config.replace(",", ", ")
+    return f"`{config}`" + (" *(removed)*" if removed else "")
+
+
+def critic_legend() -> str:
+    """The named configs of benchmarks/critic.py: their overrides on top of ``today``."""
+    rows = [[config_label(name), over if name == "today" else f"`{over}`"] for name, over in NAMED.items()]
+    return table(["config", "what it changes"], rows) + "\n\n" + REMOVED
+
+
+def critic_runs(name: str) -> str:
+    """One row per (config, seed), then a mean per config over its seeds."""
+    runs = load(name)["rows"]
+    header = ["config", "seed", "EV first 10", "EV last 10", "value loss", "held-out accuracy", "gain"]
+    rows, by_config = [], {}
+    for r in runs:
+        label = config_label(r["config"]) + (f", {r['steps']} steps" if "steps" in r else "")
+        by_config.setdefault(label, []).append(r)
+        rows.append([label, r["seed"], f"{r['ev_first10']:+.2f}", f"{r['ev_last10']:+.2f}",
+                     f"{r['value_loss_last10']:.4f}", f"{r['before']:.3f} → {r['after']:.3f}",
+                     f"{100 * (r['after'] - r['before']):+.1f}"])  # fmt: skip
+    for label, rs in by_config.items():
+        if len(rs) > 1:
+            avg = {k: mean([r[k] for r in rs]) for k in ("ev_first10", "ev_last10", "value_loss_last10")}
+            gain = 100 * mean([r["after"] - r["before"] for r in rs])
+            rows.append([f"{label}, mean", f"{len(rs)} seeds", f"{avg['ev_first10']:+.2f}", f"{avg['ev_last10']:+.2f}",
+                         f"{avg['value_loss_last10']:.4f}", "", f"{gain:+.1f}"])  # fmt: skip
+    return table(header, rows)
+
+
+def critic_bands(name: str) -> str:
+    """Mean explained variance of the steps whose sampled success rate falls in each band, seeds pooled."""
+    bands = (0.0, 0.5, 0.8, 0.9, 1.01)
+    runs = load(name)["rows"]
+    rows = []
+    for steps in sorted({r.get("steps", 0) for r in runs}):
+        pairs = [(c, e) for r in runs if r.get("steps", 0) == steps for c, e in zip(r["correct_curve"], r["ev_curve"])]
+        for lo, hi in zip(bands, bands[1:]):
+            evs = [e for c, e in pairs if lo <= c < hi]
+            band = f"[{lo:.1f}, {min(hi, 1.0):.1f}{']' if hi > 1 else ')'}"
+            rows.append([steps, band, len(evs), f"{mean(evs):+.2f}" if evs else ""])
+    return table(["run length (steps)", "sampled success rate", "steps", "mean EV"], rows)
+
+
+def critic_probe(name: str) -> str:
+    """Held-out explained variance of critics fitted to a frozen trained policy's rollouts, pass by pass."""
+    probes = load(name)["probes"]
+    header = [""] + [f"{config_label(p['config'])} run" for p in probes]
+    rows = [["held-out accuracy of the trained policy"] + [f"{p['accuracy']:.3f}" for p in probes],
+            ["rollouts fitted / scored"] + [f"{p['n_fit']} / {p['n_test']}" for p in probes],
+            ["the run's own critic, as trained"] + [f"{p['own']:+.2f}" for p in probes],
+            ["linear probe on the policy's hidden states"] + [f"{p['linear_probe']:+.2f}" for p in probes]]  # fmt: skip
+    for k in range(max(len(p["separate_by_epoch"]) for p in probes)):
+        cells = [f"{p['separate_by_epoch'][k]:+.2f}" if k < len(p["separate_by_epoch"]) else "" for p in probes]
+        rows.append([f"a separate critic, pass {k + 1}"] + cells)
+    return table(header, rows)
+
+
+def critic_oracle(*names: str) -> str:
+    """The trained critic against the best possible one (Monte-Carlo estimate) on held-out rollouts."""
+    rows = []
+    for name in names:
+        o = load(name)
+        rows.append([config_label(o["config"]), o["seed"], o["steps"], f"{o['accuracy']:.3f}", o["n"],
+                     f"{o['ev']['mc/trained']:+.2f}", f"{o['ev']['mc/best']:+.2f}", f"`{name}`"])  # fmt: skip
+    header = ["config", "seed", "steps", "accuracy", "rollouts", "trained critic", "best possible", "file"]
+    return table(header, rows)
+
+
+def critic_long(name: str) -> str:
+    """The long-answer task: how much of the score reaches the first token, at the start and the end."""
+    rows = [[config_label(r["config"]), f"{r['start']['credit']:.3g}", f"{r['end']['credit']:.3g}",
+             f"{r['start']['length']:.0f}", f"{r['start']['right_start']:.2f} → {r['end']['right_start']:.2f}",
+             f"{r['before']:.3f} → {r['after']:.3f}"] for r in load(name)["rows"]]  # fmt: skip
+    header = ["config", "credit at token 0, start", "end", "response tokens", "right first token", "accuracy"]
+    return table(header, rows)
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.hashsalt"] = "tools.report"  # the same ids on every run: a figure is stale only when its data is
+    return plt
+
+
+def _svg(fig, name: str, figures: dict) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    figures[name] = buf.getvalue()
+    return f"images/{name}"
+
+
+def figure_critic_curves(name: str, figures: dict) -> str:
+    """Explained variance and sampled success rate over the steps of each run in a file."""
+    plt = _plt()
+    runs = load(name)["rows"]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for r in runs:
+        kw = dict(color=f"C{r['seed']}", alpha=0.9, linestyle="-" if r.get("steps", 0) != 40 else "--")
+        axes[0].plot(r["ev_curve"], label=f"seed {r['seed']}, {len(r['ev_curve'])} steps", **kw)
+        axes[1].plot(r["correct_curve"], **kw)
+    axes[0].set_ylabel("explained variance")
+    axes[1].set_ylabel("sampled success rate")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    stem = Path(name).with_suffix("").as_posix().replace("/", "_")
+    path = _svg(fig, f"{stem}.svg", figures)
+    plt.close(fig)
+    return f"![Explained variance and success rate per step, from {name}]({path})"
+
+
+def _algo_runs(name: str) -> tuple[list[dict], list[str]]:
+    runs = load(name)["runs"]
+    return runs, [m for m in ALGOS if any(r["method"] == m for r in runs)]
+
+
+def algos_curve(name: str) -> str:
+    """Held-out sampled accuracy by sampled episodes: mean over seeds, per method."""
+    runs, methods = _algo_runs(name)
+    rows = []
+    for ep in sorted({p["episodes"] for r in runs for p in r["curve"]}):
+        cells = []
+        for m in methods:
+            acc = [p["accuracy"] for r in runs if r["method"] == m for p in r["curve"] if p["episodes"] == ep]
+            cells.append(f"{mean(acc):.3f}" if acc else "")
+        rows.append([ep] + cells)
+    return table(["episodes"] + [ALGOS[m] for m in methods], rows)
+
+
+def algos_summary(name: str) -> str:
+    """Per method, means over seeds: final accuracy with its range, training time, memory, response length."""
+    runs, methods = _algo_runs(name)
+    rows = []
+    for m in methods:
+        rs = [r for r in runs if r["method"] == m]
+        after = [r["after"] for r in rs]
+        train_s = mean([r["train_s"] for r in rs])
+        rss, length = mean([r["peak_rss_mb"] for r in rs]), mean([r["response_length"] for r in rs])
+        accuracy = f"{mean(after):.3f} [{min(after):.3f}, {max(after):.3f}]"
+        rows.append([ALGOS[m], len(rs), accuracy, f"{train_s:.0f}", f"{rss:.0f}", f"{length:.1f}"])
+    header = ["method", "seeds", "final accuracy, mean [min, max]", "training s", "peak RSS MB", "response tokens"]
+    return table(header, rows)
+
+
+def figure_algos(name: str, figures: dict) -> str:
+    """Accuracy against sampled episodes and against training time, one line per run."""
+    plt = _plt()
+    runs, methods = _algo_runs(name)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
+    for i, m in enumerate(methods):
+        for k, r in enumerate(x for x in runs if x["method"] == m):
+            kw = dict(color=f"C{i}", alpha=0.8, marker=".", label=ALGOS[m] if k == 0 else None)
+            axes[0].plot([p["episodes"] for p in r["curve"]], [p["accuracy"] for p in r["curve"]], **kw)
+            axes[1].plot([p["train_s"] / 60 for p in r["curve"]], [p["accuracy"] for p in r["curve"]], **kw)
+    axes[0].set_xlabel("sampled episodes")
+    axes[1].set_xlabel("training wall time (min)")
+    axes[0].set_ylabel("held-out sampled accuracy")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    path = _svg(fig, "algorithms_compare.svg", figures)
+    plt.close(fig)
+    return f"![Held-out accuracy of each method against episodes and training time, from {name}]({path})"
+
+
+LOGPROBS_LINE = re.compile(r"^\s*(\w+):\s+([\d.]+ \w+) ->\s+([\d.]+ \w+)$")
+
+
+def memory_logprobs(name: str) -> str:
+    """Extra peak RSS of the one-shot float32 forms against the package's chunks, from the saved printout."""
+    printed = load(name)["printed"]
+    rows = [list(m.groups()) for line in printed if (m := LOGPROBS_LINE.match(line))]
+    return printed[0].rstrip(":") + "\n\n" + table(["function", "all rows at once", "in chunks"], rows)
+
+
+def results_in(folder: str, *skip: str) -> str:
+    """Every results file of a folder not shown otherwise: its meta and its lists of records as tables."""
+    every = sorted((RESULTS / folder).glob("*.json")) if (RESULTS / folder).is_dir() else []
+    files = [p for p in every if p.name not in skip]
+    if not files:
+        return f"No {'other ' if every else ''}results file under `benchmarks/results/{folder}/` yet."
+    out = []
+    for path in files:
+        name = path.relative_to(RESULTS).as_posix()
+        out.append(f"**`{name}`**\n\n" + meta(name))
+        for key, value in load(name).items():
+            if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+                cols = [k for k in value[0] if not isinstance(value[0][k], (list, dict))]
+                rows = [[_cell(v.get(k)) for k in cols] for v in value]
+                out.append(f"`{key}`:\n\n" + table(cols, rows))
+    return "\n\n".join(out)
+
+
+def _cell(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+GENERATORS = {
+    "meta": meta,
+    "critic_legend": critic_legend,
+    "critic_runs": critic_runs,
+    "critic_bands": critic_bands,
+    "critic_probe": critic_probe,
+    "critic_oracle": critic_oracle,
+    "critic_long": critic_long,
+    "algos_curve": algos_curve,
+    "algos_summary": algos_summary,
+    "memory_logprobs": memory_logprobs,
+    "results_in": results_in,
+}
+FIGURE_GENERATORS = {"figure_critic_curves": figure_critic_curves, "figure_algos": figure_algos}
+
+
+def render(text: str, figures: dict) -> str:
+    """A page with every generated block filled in from the results; figures made on the way go to ``figures``."""
+
+    def fill(match: re.Match) -> str:
+        name, *args = match["spec"].split()
+        if name in FIGURE_GENERATORS:
+            body = FIGURE_GENERATORS[name](*args, figures)
+        elif name in GENERATORS:
+            body = GENERATORS[name](*args)
+        else:
+            raise SystemExit(
+                f"unknown generated block '{name}' (known: {', '.join([*GENERATORS, *FIGURE_GENERATORS])})"
+            )
+        return f"{match.group(1)}\n{body}\n\n{match.group(4)}"  # blank lines: the block is markdown of its own
+
+    return BLOCK.sub(fill, text)
+
+
+def build(pages: Path = PAGES) -> dict[Path, str]:
+    """What every generated page and figure should hold: {path: text}."""
+    out, figures = {}, {}
+    for page in sorted(pages.glob("*.md")):
+        out[page] = render(page.read_text(), figures)
+    out.update({pages / "images" / name: svg for name, svg in figures.items()})
+    return out
+
+
+def stale(pages: Path = PAGES) -> list[str]:
+    """The generated files that differ from what the results give (edited by hand, or left behind by a re-run)."""
+    wanted = build(pages)
+    bad = [_shown(p) for p, text in wanted.items() if not p.is_file() or p.read_text() != text]
+    extra = [p for p in (pages / "images").glob("*.svg") if p not in wanted] if (pages / "images").is_dir() else []
+    return bad + [f"{_shown(p)} (no page makes it)" for p in extra]
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if a generated page or figure is not current")
+    args = ap.parse_args(argv)
+    if args.check:
+        bad = stale()
+        if bad:
+            print("stale or edited by hand (run `python -m tools.report`):\n  " + "\n  ".join(bad), file=sys.stderr)
+            return 1
+        print(f"generated pages up to date in {PAGES.relative_to(ROOT)}")
+        return 0
+    for path, text in build().items():
+        if not path.is_file() or path.read_text() != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
