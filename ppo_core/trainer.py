@@ -29,11 +29,12 @@ from pathlib import Path
 
 import torch
 
+from . import dapo
 from .advantages import outcome_advantages
 from .gae import adaptive_lam, compute_gae, token_rewards
 from .kl import kl_penalty
 from .masking import masked_mean, masked_whiten
-from .rollout import Rollout, sample, score
+from .rollout import Rollout, sample, score, stop_token_ids
 from .run import fastpaths, guards, loop, resume
 from .run.checkpoint import recover_interrupted_saves
 from .run.config import Config
@@ -132,8 +133,10 @@ class PPOTrainer:
         on a NaN rollout or parameter, or after ``train.max_skipped_steps`` all-skipped steps.
         """
         records = self.prompt_batch(self.step_count + 1)
-        ro = self.collect(records)
-        metrics = self.learn(ro)
+        ro, extra = self.collect(records), {}
+        if self.cfg.algo.dynamic_sampling:  # chapter 08 (DAPO): drop groups whose scores agree, sample more
+            records, ro, extra = dapo.dynamic_sampling(self, records, ro)
+        metrics = {**self.learn(ro), **extra}
         self.step_count += 1
         return loop.record_step(self, records, ro, metrics)
 
@@ -162,6 +165,7 @@ class PPOTrainer:
         t1 = time.perf_counter()
         score(self.actor, self.ref, ro, cfg.rollout.temperature, cfg.ppo.minibatch_size, cache)  # 2. score
         ro.scores = self.sequence_scores(records, ro.completions)
+        self.shape_scores(ro)  # chapter 08's overlong and missing-EOS switches (off by default)
         guards.check_rollout(ro, n, self.out)
         self.times = {"time/rollout": t1 - t0, "time/score": time.perf_counter() - t1}
         return ro
@@ -178,6 +182,19 @@ class PPOTrainer:
             return torch.tensor(scores, device=self.device)
         texts = [prompt + c for prompt, c in zip(self.prompts(records), completions)]
         return self.reward_model.score_texts(texts).to(self.device)
+
+    def shape_scores(self, ro: Rollout) -> None:
+        """DAPO's soft overlong penalty and a missing-EOS penalty on ``ro.scores``; with ``rollout.overlong_filter``
+        the truncated responses leave the loss (``dapo``, chapter 08). In place; nothing when all are off."""
+        rw, r = self.cfg.reward, self.cfg.rollout
+        if not (rw.overlong_buffer_len or rw.missing_eos_penalty or r.overlong_filter):
+            return
+        ended = dapo.ended_with_eos(ro.response_ids, ro.mask, stop_token_ids(self.actor.lm, self.tokenizer))
+        lengths = ro.mask.sum(1)  # (B,)
+        L, buffer = r.max_new_tokens, rw.overlong_buffer_len
+        ro.scores = dapo.shape_scores(ro.scores, lengths, ended, L, buffer, rw.overlong_penalty, rw.missing_eos_penalty)
+        if r.overlong_filter:
+            ro.mask = ro.mask & ended[:, None]  # (B, T)
 
     def reward_model_metrics(self, records: list[dict], completions: list[str]) -> dict:
         """With a learned reward: the rule's score and (synthetic task) the gold reward of the same responses."""

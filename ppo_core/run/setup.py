@@ -280,10 +280,15 @@ def update_hparams(cfg) -> dict:
 
 
 def algo_loss(cfg) -> dict:
-    """``{"loss_fn": ...}`` when chapter 07's switches change the loss (the KL in it, another averaging), else
-    ``{}``: PPO's default loss, so a learner's own ``minibatch_update`` (chapter 05) needs no new argument."""
-    a = cfg.algo
-    if not a.use_kl_loss and a.loss_agg_mode == "token-mean":
+    """``{"loss_fn": ...}`` when chapter 07's or 08's switches change the loss (the KL in it, another averaging,
+    another objective), else ``{}``: PPO's default loss, so a learner's own ``minibatch_update`` (chapter 05)
+    needs no new argument."""
+    a, p = cfg.algo, cfg.ppo
+    switches = {"clip_eps_low": p.clip_eps_low, "clip_eps_high": p.clip_eps_high, "dual_clip_c": p.dual_clip_c}
+    switches = {k: v for k, v in switches.items() if v is not None}  # chapter 08's, where set
+    if a.policy_loss == "sapo":
+        switches.update(tau_pos=a.sapo_tau_pos, tau_neg=a.sapo_tau_neg)
+    if not a.use_kl_loss and a.loss_agg_mode == "token-mean" and a.policy_loss == "vanilla" and not switches:
         return {}
     loss_fn = functools.partial(
         ppo_loss,
@@ -291,5 +296,7 @@ def algo_loss(cfg) -> dict:
         kl_loss_coef=a.kl_loss_coef if a.use_kl_loss else 0.0,
         kl_loss_type=a.kl_loss_type,
         loss_norm_len=cfg.rollout.max_new_tokens,  # Dr. GRPO's constant: the response limit, not this batch's T
+        policy_loss=a.policy_loss,
+        policy_kwargs=switches,
     )
     return {"loss_fn": loss_fn}
