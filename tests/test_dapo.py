@@ -57,7 +57,8 @@ def test_select_and_concat_keep_each_row_whole():
     both = dapo.concat_rollouts([a, dapo.select_rows(b, torch.tensor([1]))], pad_id=0)
     assert both.input_ids.shape == (5, 5 + 5) and both.prompt_len == 5 and both.completions[-1] == "c1-1"
     torch.testing.assert_close(both.response_ids[4, :2], b.response_ids[1])  # right-padded response
-    assert not both.mask[4, 2:].any() and both.attention_mask[4, :2].sum() == 0  # left-padded prompt
+    assert not both.mask[4, 2:].any() and both.attention_mask[:4, :2].sum() == 0  # a's prompts left-padded by 2
+    torch.testing.assert_close(both.input_ids[:4, 2:5], a.input_ids[:, :3])
     torch.testing.assert_close(both.scores, torch.cat([a.scores, b.scores[1:]]))
     torch.testing.assert_close(both.logprobs[:4], a.logprobs)
 
@@ -136,3 +137,12 @@ def test_each_new_preset_runs_through_the_training_command(
 def test_bad_switch_is_one_clear_line(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config("cpu", [override])
+
+
+def test_dynamic_sampling_refuses_several_ranks():
+    from ppo_core.run.distributed import check_world
+
+    cfg = load_config("cpu-dapo")
+    with pytest.raises(ConfigError, match="one process only"):
+        check_world(cfg, 2)
+    check_world(cfg, 1)

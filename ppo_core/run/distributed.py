@@ -205,6 +205,8 @@ def check_world(cfg, n: int) -> None:
     from .config import ConfigError
 
     B, G = cfg.rollout.batch_size, cfg.rollout.group_size
+    if cfg.algo.dynamic_sampling and n > 1:  # each rank would refill its own slice: the ranks' batches would differ
+        raise ConfigError(f"algo.dynamic_sampling runs in one process only: set it false for {n} ranks")
     if B % (n * G):  # each rank's contiguous slice of B / N rows must hold whole groups of G
         what = f"the {n} ranks" if G == 1 else f"{n} ranks x rollout.group_size={G} (whole groups per rank)"
         raise ConfigError(f"rollout.batch_size={B} must be a multiple of {what}: set it to a multiple of {n * G}")
