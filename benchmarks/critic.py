@@ -411,7 +411,7 @@ def main() -> None:
     args = ap.parse_args()
     command = "python benchmarks/critic.py " + " ".join(sys.argv[1:])
 
-    def save(result) -> None:  # --json: the README, chapter 05 and tests/test_quoted_results.py read these files
+    def save(result) -> None:  # --json: tools/report.py and chapter 05 read these files
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=1))
 

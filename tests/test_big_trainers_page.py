@@ -1,23 +1,30 @@
-"""book/big_trainers.md maps every ppo_core config key: a key added to run/config.py must appear there."""
+"""book/big_trainers.md is generated from ppo_core.export's table (tools/big_trainers.py) and kept current."""
 
-from dataclasses import fields, is_dataclass
 from pathlib import Path
 
-from ppo_core.run.config import Config
+from tools import big_trainers
 
 PAGE = Path(__file__).parent.parent / "book" / "big_trainers.md"
 
 
-def _keys(obj, prefix=""):
-    for f in fields(obj):
-        value = getattr(obj, f.name)
-        yield from _keys(value, f"{prefix}{f.name}.") if is_dataclass(value) else [prefix + f.name]
+def test_the_page_is_the_generator_output():
+    assert big_trainers.main(["check"]) == 0, "run python -m tools.big_trainers"
 
 
-def test_every_config_key_is_on_the_map():
+def test_the_check_rejects_a_stale_page(monkeypatch, tmp_path, capsys):
+    stale = tmp_path / "big_trainers.md"
+    stale.write_text(PAGE.read_text().replace("`actor_rollout_ref.actor.clip_ratio`", "`actor.clip_ratio`"))
+    monkeypatch.setattr(big_trainers, "PAGE", stale)
+    monkeypatch.setattr(big_trainers, "ROOT", tmp_path)
+    assert big_trainers.main(["check"]) == 1
+    assert "out of date: run python -m tools.big_trainers" in capsys.readouterr().err
+
+
+def test_every_table_row_is_on_the_page():
+    from ppo_core.export.table import ROWS
+
     text = PAGE.read_text()
-    missing = [k for k in _keys(Config()) if f"`{k}`" not in text]
-    assert not missing, f"book/big_trainers.md does not map {missing}: add a row for each"
+    assert all(f"| `{row.key}`" in text for row in ROWS)
 
 
 def test_the_map_is_in_the_book_and_linked_from_next():

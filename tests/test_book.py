@@ -291,6 +291,11 @@ return {
   output_images: document.querySelectorAll('.cell_output img').length,
   streams: Array.from(document.querySelectorAll(STREAM_SELECTOR)).map(el => el.innerText),
   network: performance.getEntriesByType('resource').map(e => e.name).filter(n => /^(https?|wss?):/.test(n)),
+  // a table wider than its box is cut off (the theme scrolls it): its first header cell, its width and the box's
+  wide_tables: Array.from(main.querySelectorAll('table')).filter(t => t.scrollWidth > t.parentElement.clientWidth + 1)
+    .map(t => [(t.querySelector('th, td') || t).innerText.slice(0, 40), t.scrollWidth, t.parentElement.clientWidth]),
+  tables: main.querySelectorAll('table').length,
+  text: main.innerText,
 };
 """
 
@@ -393,6 +398,22 @@ def _check_notebook_links(driver, page: str, problems: list[str]) -> None:
         problems.append("no 'Launch on Colab' link for the notebook")
 
 
+def _check_markdown_page(page: str, found: dict, problems: list[str]) -> None:
+    """A page written in markdown: every heading and table of its source is on the page, and no table is cut off."""
+    source = (ROOT / f"{page}.md").read_text()
+    source = re.sub(r"```.*?```", "", source, flags=re.S)  # code blocks hold no headings or tables
+    text = " ".join(found["text"].replace("\u2019", "'").split())  # Sphinx's smart quotes, undone
+    for heading in re.findall(r"^#{1,6} ([^$\n]+)$", source, re.M):  # (a heading with math is typeset apart)
+        plain = re.sub(r"[`*]|\[([^]]*)\]\([^)]*\)", lambda m: m.group(1) or "", heading).strip()
+        if plain not in text:
+            problems.append(f"the heading {plain!r} is not on the page")
+    tables = len(re.findall(r"^\|[ :-]*-{3,}[ :|-]*\|$", source, re.M))  # a table's delimiter row
+    if found["tables"] != tables:
+        problems.append(f"{found['tables']} tables on the page, {tables} in the source")
+    if found["wide_tables"]:
+        problems.append(f"tables wider than the page, cut off (first cell, width, room): {found['wide_tables']}")
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_page_renders_offline(browser, page):
     """Offline from disk: math typeset, images loaded, widgets' fallbacks work, solutions hidden, no JS errors."""
@@ -417,6 +438,9 @@ def test_page_renders_offline(browser, page):
         problems.append(f"images that did not load: {found['broken_images'][:5]}")
     if found["network"]:
         problems.append(f"the page asked the network for: {found['network'][:5]}")
+
+    if page.startswith("book/"):
+        _check_markdown_page(page, found, problems)
 
     if page.startswith("chapters/"):
         nb = _staged_notebook(page)

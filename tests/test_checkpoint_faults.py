@@ -365,6 +365,8 @@ def _rm_args(out, model, *extra) -> list[str]:
 def test_reward_model_checkpoints_have_manifests_and_survive_the_same_faults(
     tiny_model_path, tmp_path, monkeypatch, capsys
 ):
+    from ppo_core.run.config import ConfigError, load_config
+    from ppo_core.run.setup import load_reward_model
     from ppo_core.train_rm import main as train_rm
 
     out, real_save = tmp_path / "rm", torch.save
@@ -385,6 +387,26 @@ def test_reward_model_checkpoints_have_manifests_and_survive_the_same_faults(
     _truncate(out / "final" / "model.safetensors")
     assert train_rm(_rm_args(out, tiny_model_path, f"train.resume={out / 'final'}")) == 2
     assert f"is damaged: {out / 'final' / 'model.safetensors'}" in _one_error_line(capsys)
+    ppo = load_config("cpu", ["reward.type=model", f"reward.path={out / 'final'}"])  # a PPO run scored by it
+    with pytest.raises(ConfigError, match=f"reward.path={out / 'final'} is damaged: {out / 'final'}/model.safetensors"):
+        load_reward_model(ppo, torch.device("cpu"))
     with pytest.warns(UserWarning, match="skipping the damaged checkpoint final"):
         assert train_rm(_rm_args(out, tiny_model_path, "train.resume=auto")) == 0  # from step_1
     assert damage(out / "final") is None
+
+
+def test_without_xxhash_the_manifest_uses_sha256_and_says_what_it_needs(tmp_path, monkeypatch):
+    from ppo_core.run import manifest
+
+    (tmp_path / "a.bin").write_bytes(b"abcd")
+    monkeypatch.setattr(manifest, "HASHERS", {"sha256": manifest.hashlib.sha256})
+    manifest.write_manifest(tmp_path)
+    assert json.loads((tmp_path / MANIFEST).read_text())["algorithm"] == "sha256" and damage(tmp_path) is None
+    (tmp_path / "a.bin").write_bytes(b"abce")  # same size, one byte changed
+    assert (
+        damage(tmp_path)
+        == f"{tmp_path / 'a.bin'}: contents differ from the manifest's hash (damaged or changed after the save)"
+    )
+    written = json.loads((tmp_path / MANIFEST).read_text())
+    (tmp_path / MANIFEST).write_text(json.dumps({**written, "algorithm": "xxh3_128"}))
+    assert "hashed with xxh3_128, which is not installed here (pip install xxhash)" in damage(tmp_path)

@@ -71,49 +71,51 @@ def meta(*names: str) -> str:
     for name in names:
         m = load(name)["meta"]
         commands = m["command"] if isinstance(m["command"], list) else [m["command"]]
+        note = m.get("recovered", "")  # a file saved before results_meta.py: what its history tells
+        note = f" {note[:1].upper()}{note[1:]}." if note else ""
         out.append(f"- `benchmarks/results/{name}`: machine: {_machine(m['machine'])}; date {m['date']}; "
-                   f"commit `{m['commit']}`")  # fmt: skip
-        out += [f"  - `{c}`" for c in commands]
-        if "recovered" in m:
-            out.append(f"  - {m['recovered']}")
+                   f"commit `{m['commit']}`.{note}")  # fmt: skip
+        out.append("\n  ```text\n" + "\n".join(f"  {c}" for c in commands) + "\n  ```")  # a long command scrolls
     return "\n".join(out)
 
 
+def _spans(overrides: str) -> str:
+    """``a=1,b=2`` as ```a=1`, `b=2```: one code span per override, so that a table cell can wrap between them."""
+    return ", ".join(f"`{o.strip()}`" for o in overrides.split(",") if o.strip())
+
+
 def config_label(config: str) -> str:
-    """A run's config for a table: a name, or its overrides with the separate critic's written as ``separate``."""
-    removed = "reads_policy" in config
-    if config == SEPARATE:
-        config = "separate"
-    elif config.startswith(SEPARATE + ","):
-        config = "separate + " + config[len(SEPARATE) + 1 :].replace(",", ", ")
-    else:
-        config = config.replace(",", ", ")
-    return f"`{config}`" + (" *(removed)*" if removed else "")
+    """A run's config for a table: its name, or its overrides with the separate critic's written as ``separate``."""
+    removed = " *(removed)*" if "reads_policy" in config else ""
+    if config == SEPARATE or "=" not in config:  # a name; "a+b" as two spans, so that a narrow cell can wrap
+        return " + ".join(f"`{part}`" for part in ("separate" if config == SEPARATE else config).split("+")) + removed
+    if config.startswith(SEPARATE + ","):
+        return f"`separate` + {_spans(config[len(SEPARATE) + 1 :])}{removed}"
+    return _spans(config) + removed
 
 
 def critic_legend() -> str:
     """The named configs of benchmarks/critic.py: their overrides on top of ``today``."""
-    rows = [[config_label(name), over if name == "today" else f"`{over}`"] for name, over in NAMED.items()]
+    rows = [[config_label(name), over if name == "today" else _spans(over)] for name, over in NAMED.items()]
     return table(["config", "what it changes"], rows) + "\n\n" + REMOVED
 
 
 def critic_runs(name: str) -> str:
     """One row per (config, seed), then a mean per config over its seeds."""
     runs = load(name)["rows"]
-    header = ["config", "seed", "EV first 10", "EV last 10", "value loss", "held-out accuracy", "gain"]
+    header = ["config", "seed", "EV first 10", "EV last 10", "held-out accuracy", "gain"]
     rows, by_config = [], {}
     for r in runs:
         label = config_label(r["config"]) + (f", {r['steps']} steps" if "steps" in r else "")
         by_config.setdefault(label, []).append(r)
-        rows.append([label, r["seed"], f"{r['ev_first10']:+.2f}", f"{r['ev_last10']:+.2f}",
-                     f"{r['value_loss_last10']:.4f}", f"{r['before']:.3f} → {r['after']:.3f}",
-                     f"{100 * (r['after'] - r['before']):+.1f}"])  # fmt: skip
+        gain = 100 * (r["after"] - r["before"])
+        accuracy = f"{r['before']:.3f} → {r['after']:.3f}"
+        rows.append([label, r["seed"], f"{r['ev_first10']:+.2f}", f"{r['ev_last10']:+.2f}", accuracy, f"{gain:+.1f}"])
     for label, rs in by_config.items():
         if len(rs) > 1:
-            avg = {k: mean([r[k] for r in rs]) for k in ("ev_first10", "ev_last10", "value_loss_last10")}
+            first, last = mean([r["ev_first10"] for r in rs]), mean([r["ev_last10"] for r in rs])
             gain = 100 * mean([r["after"] - r["before"] for r in rs])
-            rows.append([f"{label}, mean", f"{len(rs)} seeds", f"{avg['ev_first10']:+.2f}", f"{avg['ev_last10']:+.2f}",
-                         f"{avg['value_loss_last10']:.4f}", "", f"{gain:+.1f}"])  # fmt: skip
+            rows.append([label, f"mean of {len(rs)}", f"{first:+.2f}", f"{last:+.2f}", "", f"{gain:+.1f}"])
     return table(header, rows)
 
 
@@ -150,19 +152,21 @@ def critic_oracle(*names: str) -> str:
     rows = []
     for name in names:
         o = load(name)
-        rows.append([config_label(o["config"]), o["seed"], o["steps"], f"{o['accuracy']:.3f}", o["n"],
-                     f"{o['ev']['mc/trained']:+.2f}", f"{o['ev']['mc/best']:+.2f}", f"`{name}`"])  # fmt: skip
-    header = ["config", "seed", "steps", "accuracy", "rollouts", "trained critic", "best possible", "file"]
-    return table(header, rows)
+        ev = o["ev"]
+        rows.append([config_label(o["config"]), o["seed"], o["n"], f"{o['accuracy']:.3f}",
+                     f"{ev['mc/trained']:+.2f}", f"{ev['mc/best']:+.2f}"])  # fmt: skip
+    return table(["config", "seed", "rollouts", "accuracy", "EV, trained", "EV, best"], rows)
 
 
 def critic_long(name: str) -> str:
     """The long-answer task: how much of the score reaches the first token, at the start and the end."""
-    rows = [[config_label(r["config"]), f"{r['start']['credit']:.3g}", f"{r['end']['credit']:.3g}",
-             f"{r['start']['length']:.0f}", f"{r['start']['right_start']:.2f} → {r['end']['right_start']:.2f}",
-             f"{r['before']:.3f} → {r['after']:.3f}"] for r in load(name)["rows"]]  # fmt: skip
-    header = ["config", "credit at token 0, start", "end", "response tokens", "right first token", "accuracy"]
-    return table(header, rows)
+    rows = []
+    for r in load(name)["rows"]:
+        start, end = r["start"], r["end"]
+        rows.append([config_label(r["config"]), f"{start['credit']:.3g} → {end['credit']:.3g}",
+                     f"{start['length']:.0f}", f"{start['right_start']:.2f} → {end['right_start']:.2f}",
+                     f"{r['before']:.3f} → {r['after']:.3f}"])  # fmt: skip
+    return table(["config", "credit at token 0", "tokens", "right first token", "accuracy"], rows)
 
 
 def _plt():

@@ -7,6 +7,7 @@
 | run.loop            | the run: evaluate, steps with checkpoints and signals, final/, summary |
 | run.resume          | what a checkpoint holds; fresh start or resume of a run folder         |
 | run.checkpoint      | atomic checkpoint folders, recovery, pruning, resume checks, signals   |
+| run.manifest        | checkpoints that prove they are whole: each file's size and hash       |
 | run.guards          | NaN guards: ``NonFiniteError`` and the checks that raise it            |
 | run.fastpaths       | speed paths with the same numbers (``train.fast_paths``)               |
 | run.metrics         | metrics log (JSONL, TensorBoard, W&B) and the dashboard figure         |

@@ -120,7 +120,7 @@ def _terse_output():
 
 EXIT_CODES = {
     0: "done",
-    2: "bad input (config, data, model, device): nothing written",
+    2: "bad input (config, data, model, device, a damaged checkpoint): nothing written",
     3: "the run stopped with a diagnosis (NaN/inf, ratio check, out of memory, a full disk); earlier checkpoints "
     "intact",
     130: "stopped by SIGINT (Ctrl-C) after saving step_N",

@@ -25,6 +25,7 @@ from ..tasks.warmstart import warm_start, warm_start_from
 from ..update import policy_and_critic, ppo_loss
 from ..utils import hub_offline, hub_unreachable
 from .config import Config, ConfigError
+from .manifest import MANIFEST, damage
 from .precision import DTYPES
 
 __all__ = [
@@ -241,8 +242,12 @@ def load_reward_model(cfg: Config, device: torch.device):
         return None
     from ..reward_model import RewardModel
 
+    path = Path(cfg.reward.path).expanduser()
+    why = damage(path) if (path / MANIFEST).is_file() else None  # a checkpoint of train_rm (run/manifest.py)
+    if why is not None:
+        raise ConfigError(f"reward.path={cfg.reward.path} is damaged: {why}; pass another checkpoint of its run")
     try:
-        rm = RewardModel.from_pretrained(Path(cfg.reward.path).expanduser())
+        rm = RewardModel.from_pretrained(path)
     except (OSError, ValueError) as err:
         raise ConfigError(
             f"reward.path={cfg.reward.path}: cannot load a reward model ({str(err).splitlines()[0]})"
