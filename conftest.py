@@ -21,6 +21,25 @@ from tools import book  # noqa: E402
 
 BOOK_TESTS = "tests/test_book.py"
 
+SLOW = (
+    "chapters/",
+    "exercises/",
+    BOOK_TESTS,
+    "tests/test_exercises.py",
+    "tests/test_distributed.py",
+    "tests/test_reliability.py",
+    "tests/test_learned_reward.py",
+    "tests/test_lora.py",
+    "tests/test_warmstart.py",
+    "tests/test_train_rm.py",
+    "tests/test_realmodel.py",
+    "tests/test_algos.py",
+    "tests/test_long_synthetic.py",
+    "tests/test_cuda_preset.py",
+)
+"""The end-to-end tier (``-m slow``): notebooks, the book in Chromium, and the files whose tests run whole runs,
+warm starts or several processes. ``pytest -m "not slow"`` is the unit tier."""
+
 
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # the controller (or a plain run); xdist workers inherit its id
@@ -29,7 +48,11 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The book test goes last: it builds the book from the notebooks nbval ran before it."""
+    """Mark the end-to-end tier ``slow``. The book test goes last: it builds the book from the notebooks nbval ran
+    before it."""
+    for item in items:
+        if item.nodeid.startswith(SLOW):
+            item.add_marker("slow")
     last = [item for item in items if item.nodeid.startswith(BOOK_TESTS)]
     if last:
         items[:] = [item for item in items if not item.nodeid.startswith(BOOK_TESTS)] + last

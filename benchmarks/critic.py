@@ -33,9 +33,10 @@ from pathlib import Path
 import torch
 
 from ppo_core.rollout import monte_carlo_values
+from ppo_core.run.metrics import ev_by_success
 
-TODAY = {"ppo.value_lr": "0", "ppo.value_warmup_steps": "0", "ppo.lam_value": "null", "ppo.lam_policy_alpha": "0",
-         "ppo.separate_critic": "false", "ppo.value_epochs": "0", "ppo.critic_reads_policy": "false"}  # fmt: skip
+TODAY = {"ppo.value_lr": "0", "ppo.value_warmup_steps": "0", "ppo.lam_value": "null", "ppo.separate_critic": "false",
+         "ppo.value_epochs": "0"}  # fmt: skip
 """The settings before this benchmark: one learning rate, no warm-up, one lambda (0.95) for both, a head on the
 policy's trunk, as many critic passes as policy passes."""
 
@@ -47,19 +48,18 @@ CONFIGS = {
     "value_lr+lam_value": {"ppo.value_lr": "1e-3", "ppo.lam_value": "1.0"},
     "all": {"ppo.value_lr": "1e-3", "ppo.lam_value": "1.0", "ppo.value_warmup_steps": "5"},
     "separate": {"ppo.separate_critic": "true", "ppo.value_lr": "1e-3", "ppo.lam_value": "1.0"},
-    "separate+reads_policy": {
-        "ppo.separate_critic": "true",
-        "ppo.value_lr": "1e-3",
-        "ppo.lam_value": "1.0",
-        "ppo.critic_reads_policy": "true",
-    },
     "today+policy_lr2e-4": {"ppo.lr": "2e-4"},
-    "separate+reads_policy+policy_lr2e-4": {
+    "separate+policy_lr2e-4": {
         "ppo.separate_critic": "true",
         "ppo.value_lr": "1e-3",
         "ppo.lam_value": "1.0",
-        "ppo.critic_reads_policy": "true",
         "ppo.lr": "2e-4",
+    },
+    "separate+warmup": {
+        "ppo.separate_critic": "true",
+        "ppo.value_lr": "1e-3",
+        "ppo.lam_value": "1.0",
+        "ppo.value_warmup_steps": "3",
     },
 }
 """Each config: overrides on top of ``TODAY`` (one mechanism on, or a combination). The ``+policy_lr2e-4`` ones
@@ -115,22 +115,6 @@ def run(config: str, seed: int, steps: int, extra: list[str], workdir: Path) -> 
     }
 
 
-BANDS = (0.0, 0.5, 0.8, 0.9, 1.01)
-"""Bands of a step's sampled success rate (rollout/correct_rate) for ``ev_by_success``."""
-
-
-def ev_by_success(rows: list[dict]) -> list[tuple[str, int, float]]:
-    """Mean explained variance of the steps whose sampled success rate falls in each band, pooled over rows:
-    (band, number of steps, mean EV). Near the end of a run that almost solves the task, the returns' variance
-    is a few failures, and a critic's EV falls with it; this shows how much."""
-    pairs = [(c, e) for r in rows for c, e in zip(r.get("correct_curve", []), r["ev_curve"], strict=True)]
-    out = []
-    for lo, hi in zip(BANDS, BANDS[1:]):
-        evs = [e for c, e in pairs if lo <= c < hi]
-        out.append((f"[{lo:.1f}, {min(hi, 1.0):.1f}{']' if hi > 1 else ')'}", len(evs), mean(evs)))
-    return out
-
-
 def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int) -> dict:
     """Train one run in-process, then compare its critic with the Monte-Carlo best critic on a fresh rollout of
     ``n`` held-out questions; print ``oracle_report`` and return the numbers it prints."""
@@ -138,12 +122,12 @@ def oracle(config: str, seed: int, steps: int, extra: list[str], k: int, n: int)
     from ppo_core.kl import kl_penalty
     from ppo_core.run.config import load_config
     from ppo_core.run.metrics import explained_variance
-    from ppo_core.trainer import PPOTrainer
+    from ppo_core.run.runner import RunTrainer
 
     with tempfile.TemporaryDirectory() as tmp:
         run = [f"train.seed={seed}", f"train.steps={steps}", f"train.output_dir={tmp}/run", "train.progress=false"]
         cfg = load_config("cpu", [*run, "train.tensorboard=false", *overrides_of(config), *extra])
-        tr = PPOTrainer(cfg)
+        tr = RunTrainer(cfg)
         summary = tr.train()
     records = tr.test_records[:n]  # held-out questions: a rollout the critic was not trained on
     torch.manual_seed(seed + 1)
@@ -208,12 +192,12 @@ def probe(config: str, seed: int, steps: int, extra: list[str], n_batches: int, 
     from ppo_core.model import position_ids_from_mask
     from ppo_core.run.config import load_config
     from ppo_core.run.metrics import explained_variance
-    from ppo_core.trainer import PPOTrainer
+    from ppo_core.run.runner import RunTrainer
 
     with tempfile.TemporaryDirectory() as tmp:
         run = [f"train.seed={seed}", f"train.steps={steps}", f"train.output_dir={tmp}/run", "train.progress=false"]
         cfg = load_config("cpu", [*run, "train.tensorboard=false", *overrides_of(config), *extra])
-        tr = PPOTrainer(cfg)
+        tr = RunTrainer(cfg)
         start_trunk = copy.deepcopy(tr.actor.lm.base_model)  # the warm-started policy's trunk, before PPO
         summary = tr.train()
     torch.manual_seed(seed + 1)
@@ -311,7 +295,7 @@ def first_token_credit(tr, n_batches: int = 1) -> dict:
 
     With V = 0, no KL and lambda fixed it is exactly lambda^(T-1); 1 means the score reaches token 0 in full.
     """
-    from ppo_core.gae import adaptive_lam, compute_gae, token_rewards
+    from ppo_core.gae import compute_gae, token_rewards
     from ppo_core.kl import kl_penalty
 
     p, a0, sc, right = tr.cfg.ppo, [], [], []
@@ -320,7 +304,7 @@ def first_token_credit(tr, n_batches: int = 1) -> dict:
         ro = tr.collect(records)  # steps 1-2 of the trainer: sample, score
         s = ro.scores
         rewards = token_rewards(s, kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator), ro.mask, tr.kl_ctl.value)
-        lam = adaptive_lam(ro.mask, p.lam_policy_alpha) if p.lam_policy_alpha > 0 else p.lam
+        lam = p.lam
         adv, _ = compute_gae(rewards, ro.values, ro.mask, p.gamma, lam)
         a0.append(adv[:, 0])
         sc.append(s)
@@ -336,7 +320,7 @@ def long_runs(configs: list[str], seed: int, steps: int, extra: list[str]) -> li
     and held-out accuracy before/after, per config, in-process. Prints a row per config; returns the rows."""
     from ppo_core.run.config import load_config
     from ppo_core.run.loop import total_steps
-    from ppo_core.trainer import PPOTrainer
+    from ppo_core.run.runner import RunTrainer
 
     print(f"long-answer task, seed {seed}, {steps} PPO steps per config ({' '.join(LONG)})")
     print("| config | credit at token 0 (start) | credit (end) | right first token | sampled accuracy | wall s |")
@@ -349,7 +333,7 @@ def long_runs(configs: list[str], seed: int, steps: int, extra: list[str]) -> li
             run = [f"train.seed={seed}", f"train.steps={steps}", f"train.output_dir={tmp}/run", "train.progress=false"]
             cfg = load_config("cpu", [*run, *LONG, "train.tensorboard=false", "train.save_every=0", *over, *extra])
             t0 = time.perf_counter()
-            tr = PPOTrainer(cfg)
+            tr = RunTrainer(cfg)
             before = tr.evaluate()
             for _ in range(cfg.ppo.value_warmup_steps):
                 tr.step()

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/memory_lora.py [--cap-gib 6] [--sizes 0.5B,1.5B] [--dtype bfloat16]
 
 The models are built from the public config numbers (random init, no download; see SHAPES) the way
-the trainer builds them (``run.setup.load_models``, ``run.precision``), with ``--dtype`` as
+the trainer builds them (``run.setup.load_models``, ``precision``), with ``--dtype`` as
 ``model.dtype``, the compute dtype:
 
 * full fine-tuning: float32 policy weights (master copy), gradients and AdamW state, forwards under

@@ -87,7 +87,6 @@ def main():
             "ppo.value_lr=0",  # the critic chapter 06 uses: one learning rate and one lambda (the cpu preset's
             "ppo.lam_value=null",  # value_lr and lam_value slowed the proxy's rise in its short run), and a head
             "ppo.separate_critic=false",  # on the policy's trunk, as when the chapter's numbers were measured
-            "ppo.critic_reads_policy=false",
             f"train.seed={args.seed}",
         ]
         run = ppo_against_reward_model(f"{args.out}/rm/final", kl, args.steps, f"{args.out}/ppo_{kl}", overrides)

@@ -35,12 +35,12 @@ def labelled(name: str, fn):
 
 def profile_ours(s, model_path: str, threads: int, updates: int):
     import ppo_core.trainer as m
-    from ppo_core.trainer import PPOTrainer
+    from ppo_core.run.runner import RunTrainer
 
     m.sample = labelled("phase: generation", m.sample)
     m.score = labelled("phase: scoring", m.score)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = PPOTrainer(vs_trl.ours_config(s, model_path, tmp, threads, "cpu", "float32"))
+        trainer = RunTrainer(vs_trl.ours_config(s, model_path, tmp, threads, "cpu", "float32"))
         trainer.update = labelled("phase: update", trainer.update)
         trainer.step()  # warm-up
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -94,8 +94,8 @@ def profile_trl(s, model_path: str, threads: int, updates: int):
 
 
 OPTIMISATIONS = {
-    "prompt cache": "scoring reuses generate's keys and values of the prompt (run.fastpaths.PromptCache)",
-    "prefix split": "the float32 training forward runs the prompt apart (run.fastpaths.split_prefix_logits), "
+    "prompt cache": "scoring reuses generate's keys and values of the prompt (fastpaths.PromptCache)",
+    "prefix split": "the float32 training forward runs the prompt apart (fastpaths.split_prefix_logits), "
     "skipping backward work; only from fastpaths.SPLIT_MIN_PREFIX_TOKENS prompt tokens per minibatch on",
 }
 
@@ -104,8 +104,8 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
     """Alternate steps of ours with each optimisation off and on, in one process; print per-phase medians."""
     import statistics
 
-    from ppo_core.run import fastpaths
-    from ppo_core.trainer import PPOTrainer
+    from ppo_core import fastpaths
+    from ppo_core.run.runner import RunTrainer
 
     real_keep, real_split = fastpaths.PromptCache.keep, fastpaths._split_prefix
     keep_none = lambda cache, lm, start, out: setattr(cache, "complete", False)  # noqa: E731
@@ -116,7 +116,7 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
     }
     times = {k: [] for k in variants}
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = PPOTrainer(vs_trl.ours_config(s, model_path, tmp, threads, "cpu", "float32"))
+        trainer = RunTrainer(vs_trl.ours_config(s, model_path, tmp, threads, "cpu", "float32"))
         trainer.step()  # warm-up
         for i in range(updates * len(variants)):
             name = list(variants)[i % len(variants)]

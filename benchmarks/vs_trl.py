@@ -91,7 +91,7 @@ class Setting:
     ours_overrides: list = field(default_factory=list)
 
 
-LIKE_FOR_LIKE = ["ppo.ent_coef=0.0", "ppo.max_grad_norm=0.0", "ppo.critic_reads_policy=false"]
+LIKE_FOR_LIKE = ["ppo.ent_coef=0.0", "ppo.max_grad_norm=0.0"]
 """TRL has no entropy bonus, no gradient clipping, and a value model that reads only the tokens."""
 
 
@@ -330,8 +330,8 @@ def run_pair(
     from transformers import TrainerCallback
 
     import ppo_core.trainer as ours_module
-    from ppo_core.run.setup import DTYPES
-    from ppo_core.trainer import PPOTrainer as Ours
+    from ppo_core.precision import DTYPES
+    from ppo_core.run.runner import RunTrainer as Ours
 
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:

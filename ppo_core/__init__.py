@@ -3,17 +3,20 @@
 The layers, from the commands a user types down to the maths a learner derives:
 
     ┌──────────────────────────────────────────────────────────────────────────────────┐
-    │ commands     train.py, evaluate.py: python -m ppo_core.train / ppo_core.evaluate │
+    │ commands     train.py, evaluate.py, train_rm.py: python -m ppo_core.train / ...  │
     ├──────────────────────────────────────────────────────────────────────────────────┤
-    │ run/         config (+ configs/*.yaml), setup, loop, resume, checkpoint, guards, │
-    │              fastpaths, precision, metrics, evaluation, cli: around a step       │
-    ├──────────────────────────────────────────────────────────────────────────────────┤
-    │ ch 05 loop   trainer (the algorithm box), update, rollout, model                 │
+    │ run/         config (+ configs/*.yaml), setup, runner (build_trainer), loop,     │
+    │              resume, checkpoint, guards, metrics, evaluation, cli: a real run    │
     ├──────────────────────────────────────────────────────────────────────────────────┤
     │ tasks/       rewards, data (GSM8K), synthetic, tiny, warmstart, hub_model        │
     ├──────────────────────────────────────────────────────────────────────────────────┤
+    │ ch 05 loop   trainer (the algorithm box), update, rollout, model, precision,     │
+    │              fastpaths; reward_model (ch 06)                                     │
+    ├──────────────────────────────────────────────────────────────────────────────────┤
     │ ch 01-04, 07 logprobs, masking, kl, gae, losses, advantages: pure tensor math    │
     └──────────────────────────────────────────────────────────────────────────────────┘
+    Each layer imports only the layers below it (tests/test_layers.py checks it): the loop is handed its
+    parts by run/ (``run.runner.build_trainer``) and never reads a config file, a task or a run folder.
     course tooling beside them: checks/ (exercise checkers, progress), widgets/ (figures)
     shared small helpers: utils (atomic writes, Hub error lines, show_source)
     authoring tools outside the package: tools/exercises.py (learner copies), tools/book.py
@@ -29,6 +32,8 @@ The layers, from the commands a user types down to the maths a learner derives:
 | ppo_core.rollout    | 05      | sampling responses and scoring them                      |
 | ppo_core.update     | 05      | one PPO minibatch update                                 |
 | ppo_core.trainer    | 05      | the PPO step as the numbered algorithm box               |
+| ppo_core.precision  | 05      | float32 weights, bf16/fp16 compute under autocast        |
+| ppo_core.fastpaths  | 05      | speed paths with the same numbers (``train.fast_paths``) |
 | ppo_core.reward_model | 06    | reward model: last-token score, Bradley-Terry loss, norm |
 | ppo_core.advantages | 07      | GRPO, RLOO, REINFORCE++ advantages; the KL as a loss     |
 | ppo_core.objectives | 08      | clip-higher, dual clip, GSPO, CISPO, SAPO objectives     |

@@ -9,7 +9,9 @@ The state after the last response token is terminal: V = 0 and A = 0 there.
 
 import torch
 
-__all__ = ["token_rewards", "compute_gae", "last_true_index", "adaptive_lam"]
+from .masking import masked_var
+
+__all__ = ["token_rewards", "compute_gae", "last_true_index", "explained_variance"]
 
 
 def last_true_index(mask: torch.Tensor) -> torch.Tensor:
@@ -74,17 +76,7 @@ def compute_gae(
     return advantages, returns
 
 
-def adaptive_lam(mask: torch.Tensor, alpha: float) -> torch.Tensor:
-    """VAPO's length-adaptive GAE lambda for the policy (Yue et al., 2025, arXiv 2504.05118), one per sequence.
-
-        lam_b = 1 - 1 / (alpha * l_b)        l_b = response length of row b (True entries of ``mask``)
-
-    Chosen so that the sum of the GAE weights, 1 / (1 - lam) = alpha * l, grows in proportion to the
-    length: a long response keeps lam near 1, so the score at its end still reaches its first tokens
-    (a fixed lam = 0.95 gives the first of T tokens only 0.95^(T-1) of it). Clamped to [0, 1]
-    (alpha * l < 1 would give a negative lam). (B, T) mask -> (B,) float32.
-    """
-    if alpha <= 0:
-        raise ValueError(f"alpha must be > 0, got {alpha}")
-    length = mask.to(torch.bool).sum(1).to(torch.float32)  # (B,)
-    return (1.0 - 1.0 / (alpha * length.clamp(min=1))).clamp(0.0, 1.0)
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 - Var[R - V] / Var[R] over response tokens, (B, T) each: 1 = perfect critic, 0 = no better than a constant."""
+    var_r = masked_var(returns, mask).item()
+    return float("nan") if var_r == 0 else 1.0 - masked_var(returns - values, mask).item() / var_r

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from .run.precision import autocast
+from .precision import autocast, load_weights_
 
 __all__ = [
     "ActorWithValueHead",
@@ -25,7 +25,6 @@ __all__ = [
 ]
 
 VALUE_HEAD_FILE = "value_head.pt"
-POLICY_READER_FILE = "policy_reader.pt"
 CRITIC_DIR = "critic"
 """The separate critic's transformer, saved beside the LM (``save_pretrained``) in this sub-folder."""
 
@@ -79,7 +78,7 @@ def lm_logits(lm, input_ids, attention_mask, position_ids=None, keep: slice | No
 
     ``past_key_values``: keys and values of earlier positions (a transformers cache, e.g. the one
     ``generate`` returns); ``input_ids`` then holds only the positions after them, while
-    ``attention_mask`` covers the cached positions too (B, cached + L). ``run/fastpaths.py`` uses it.
+    ``attention_mask`` covers the cached positions too (B, cached + L). ``fastpaths.py`` uses it.
     """
     if position_ids is None:
         position_ids = position_ids_from_mask(attention_mask)[:, -input_ids.shape[1] :]
@@ -96,56 +95,18 @@ def lm_logits(lm, input_ids, attention_mask, position_ids=None, keep: slice | No
     return lm.get_output_embeddings()(hidden), hidden
 
 
-POLICY_FEATURES = (
-    "p(last token)",
-    "p(least likely token so far)",
-    "log p(last token) / 5",
-    "log p(response so far) / 10",
-    "p(top next token)",
-    "entropy(next token) / 3",
-)
-"""What a critic that reads the policy (``ppo.critic_reads_policy``) sees at each response state, besides its trunk."""
-
-
-@torch.no_grad()
-def policy_features(logits: torch.Tensor, logprobs: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0):
-    """The policy's own confidence at each response state: (B, T, V) logits and (B, T) logprobs -> (B, T, 6).
-
-    Row t describes the state *before* response token t, so it must not depend on that token: the first four
-    features read only the tokens before it (t = 0 has none: probability 1, log-probability 0), the last two the
-    policy's distribution over it (its top probability and its entropy), not the token drawn. A value that reads
-    them is still a function of the state, and so still a valid baseline. ``logprobs`` are the sampled tokens'
-    at ``temperature`` (``rollout.score``); padding after a response's end counts as probability 1. Float32.
-
-    The next-token distribution is taken one row at a time: a float32 (T, V) log-softmax at a time rather than
-    (B, T, V) (on a 151,936-token vocabulary, ``benchmarks/memory.py --policy-features`` measures the difference).
-    """
-    lp = torch.where(mask.bool(), logprobs.float(), 0.0).clamp(min=-20.0)
-    before = nn.functional.pad(lp, (1, 0))[:, :-1]  # (B, T): column t holds token t-1's log-probability
-    least = torch.cummin(before, dim=1).values
-    top, entropy = torch.empty_like(lp), torch.empty_like(lp)
-    for i, row in enumerate(logits):  # (T, V)
-        logp = torch.log_softmax(row.float() / temperature, dim=-1)
-        top[i], entropy[i] = logp.max(-1).values.exp(), -(logp.exp() * logp).sum(-1)
-    return torch.stack([before.exp(), least.exp(), before / 5, before.cumsum(1) / 10, top, entropy / 3], dim=-1)
-
-
 class ActorWithValueHead(nn.Module):
     """Policy (the LM) and critic (a linear value head) sharing one transformer trunk, or, with
     ``separate_critic=True``, the head on a transformer of its own (``critic_trunk``, a copy of the LM's
-    trunk at the start: PPO's separate value model, as in TRL, OpenRLHF and veRL). With
-    ``critic_reads_policy=True`` the critic also reads the policy's confidence (``policy_features``) through a
-    small network, ``policy_reader``, whose output is added to the value head's (``read_policy``).
+    trunk at the start: PPO's separate value model, as in TRL, OpenRLHF and veRL).
 
     ``forward(input_ids, attention_mask)`` returns ``(logits, values)``: (B, L, V) and (B, L), where
     ``values[:, t]`` is the value of the state after tokens 0..t. With ``with_value_head=False`` there is
-    no critic: ``value_head`` is None and ``values`` comes back None. A critic that reads the policy adds
-    ``read_policy``'s term to these values outside ``forward`` (``rollout.score``, ``update``), where the
-    rollout's ``policy_features`` are at hand.
+    no critic: ``value_head`` is None and ``values`` comes back None.
     """
 
     logits_fn = staticmethod(lm_logits)
-    """How ``forward`` runs the LM: ``lm_logits``; ``run.fastpaths.enable`` swaps in a faster equal one."""
+    """How ``forward`` runs the LM: ``lm_logits``; ``fastpaths.enable`` swaps in a faster equal one."""
 
     def __init__(
         self,
@@ -154,7 +115,6 @@ class ActorWithValueHead(nn.Module):
         compute_dtype: torch.dtype | None = None,
         with_value_head: bool = True,
         separate_critic: bool = False,
-        critic_reads_policy: bool = False,
     ):
         super().__init__()
         self.lm = disable_dropout(lm)
@@ -168,35 +128,17 @@ class ActorWithValueHead(nn.Module):
             self.value_head = nn.Linear(hidden, 1, dtype=torch.float32)
             nn.init.normal_(self.value_head.weight, std=value_head_init_std)  # std 0 gives zeros: V starts at 0
             nn.init.zeros_(self.value_head.bias)
-        self.policy_reader = None  # the critic reads the tokens alone
-        if with_value_head and critic_reads_policy:  # a small MLP on policy_features; its last layer 0: adds 0 at first
-            n = len(POLICY_FEATURES)
-            self.policy_reader = nn.Sequential(nn.Linear(n, 32), nn.Tanh(), nn.Linear(32, 1)).to(torch.float32)
-            nn.init.zeros_(self.policy_reader[2].weight)
-            nn.init.zeros_(self.policy_reader[2].bias)
 
     @property
     def config(self):
         return self.lm.config
 
     def critic_parameters(self) -> list:
-        """The critic's parameters: the value head's, the separate critic's trunk and the policy reader if any."""
+        """The critic's parameters: the value head's, and the separate critic's trunk if any."""
         if self.value_head is None:
             return []
         trunk = [] if self.critic_trunk is None else list(self.critic_trunk.parameters())
-        reader = [] if self.policy_reader is None else list(self.policy_reader.parameters())
-        return trunk + list(self.value_head.parameters()) + reader
-
-    def read_policy(self, values: torch.Tensor | None, features: torch.Tensor | None) -> torch.Tensor | None:
-        """(B, T) values of the trunk and head -> the critic's values: plus ``policy_reader(features)`` if it
-        reads the policy (``features``: the rollout's ``policy_features``, (B, T, 6)); else unchanged."""
-        if values is None or self.policy_reader is None:
-            return values
-        if features is None:
-            raise ValueError(
-                "this critic reads the policy (ppo.critic_reads_policy): pass the rollout's policy_features"
-            )
-        return values + self.policy_reader(features.to(self.policy_reader[0].weight.dtype)).squeeze(-1)
+        return trunk + list(self.value_head.parameters())
 
     @classmethod
     def from_pretrained(cls, path_or_id: str, with_value_head: bool = True, **lm_kwargs) -> "ActorWithValueHead":
@@ -204,30 +146,22 @@ class ActorWithValueHead(nn.Module):
         and the separate critic's trunk (``critic/``)."""
         lm = AutoModelForCausalLM.from_pretrained(path_or_id, **lm_kwargs)
         separate = with_value_head and (Path(path_or_id) / CRITIC_DIR).is_dir()
-        reads = with_value_head and (Path(path_or_id) / POLICY_READER_FILE).is_file()
-        actor = cls(lm, with_value_head=with_value_head, separate_critic=separate, critic_reads_policy=reads)
+        actor = cls(lm, with_value_head=with_value_head, separate_critic=separate)
         if separate:
-            from .run.precision import load_weights_
-
             load_weights_(actor.critic_trunk, Path(path_or_id) / CRITIC_DIR)
         head = Path(path_or_id) / VALUE_HEAD_FILE
         if with_value_head and head.is_file():
             actor.value_head.load_state_dict(torch.load(head, map_location="cpu", weights_only=True))
-        if reads:
-            reader = torch.load(Path(path_or_id) / POLICY_READER_FILE, map_location="cpu", weights_only=True)
-            actor.policy_reader.load_state_dict(reader)
         return actor
 
     def save_pretrained(self, path) -> None:
         """Save the LM (loadable by ``AutoModelForCausalLM.from_pretrained``) and the value head beside it
-        (and a separate critic's trunk in ``critic/``, a policy reader in ``policy_reader.pt``)."""
+        (and a separate critic's trunk in ``critic/``)."""
         self.lm.save_pretrained(path)
         if self.value_head is not None:
             torch.save(self.value_head.state_dict(), Path(path) / VALUE_HEAD_FILE)
         if self.critic_trunk is not None:
             self.critic_trunk.save_pretrained(Path(path) / CRITIC_DIR)
-        if self.policy_reader is not None:
-            torch.save(self.policy_reader.state_dict(), Path(path) / POLICY_READER_FILE)
 
     def forward(self, input_ids, attention_mask, position_ids=None, keep: slice | None = None, past_key_values=None):
         """(B, L) ids -> logits (B, L', V) and values (B, L'), where L' = L, or the positions in ``keep``.

@@ -8,7 +8,7 @@ All three come from forward passes with position ids from the attention mask and
 temperature, so that the training forward reproduces them exactly (ratio = 1 before the first update).
 
 A ``Rollout`` is plain data: tensors, the decoded responses and, once the trainer has scored them,
-their task scores. (``run/fastpaths.py`` can let ``score`` reuse the prompt's keys and values from
+their task scores. (``fastpaths.py`` can let ``score`` reuse the prompt's keys and values from
 ``generate``; that cache travels beside the rollout, never inside it.)
 """
 
@@ -21,8 +21,8 @@ from transformers import GenerationConfig
 
 from .logprobs import logprobs_from_logits, response_slice
 from .masking import response_mask
-from .model import lm_logits, policy_features, position_ids_from_mask
-from .run.precision import autocast
+from .model import lm_logits, position_ids_from_mask
+from .precision import autocast
 
 __all__ = [
     "Rollout",
@@ -50,7 +50,6 @@ class Rollout:
     logprobs: torch.Tensor | None = None  # (B, T) old policy, at the sampling temperature
     values: torch.Tensor | None = None  # (B, T) old values; None for an actor without a value head
     ref_logprobs: torch.Tensor | None = None  # (B, T) frozen reference
-    policy_features: torch.Tensor | None = None  # (B, T, 6) model.policy_features, for a critic that reads the policy
 
     @property
     def keep(self) -> slice:
@@ -187,7 +186,7 @@ def sample(
     The draw depends on the arguments only, never on ``lm.generation_config`` (see ``sampling_config``);
     a response ends at the first of ``stop_token_ids`` (the model's EOS ids and the tokenizer's).
     ``batch_size``: prompts per ``generate`` call (0: all at once). ``prompt_cache``: a
-    ``run.fastpaths.PromptCache`` that keeps generate's key/value caches for ``score`` (None: keep none;
+    ``fastpaths.PromptCache`` that keeps generate's key/value caches for ``score`` (None: keep none;
     it keeps them for float32 compute only). ``dtype``: the compute dtype (bf16/fp16 run ``generate``
     under autocast; None or float32: as the weights are).
     """
@@ -272,12 +271,11 @@ def _cat_values(values: list) -> torch.Tensor | None:
 def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int, prompt_cache=None) -> Rollout:
     """Fill in the old logprobs and values (actor) and the reference logprobs, in chunks of ``batch_size``.
 
-    ``prompt_cache``: the ``run.fastpaths.PromptCache`` that ``sample`` filled; the actor's forward then
+    ``prompt_cache``: the ``fastpaths.PromptCache`` that ``sample`` filled; the actor's forward then
     reuses the prompt's keys and values (same numbers up to float rounding). None: full forwards.
     """
-    reads = getattr(actor, "policy_reader", None) is not None  # ppo.critic_reads_policy
-    cached = prompt_cache.actor_scores(actor, ro, temperature, reads) if prompt_cache is not None else None
-    logprobs, values, features, ref_logprobs = [], [], [], []
+    cached = prompt_cache.actor_scores(actor, ro, temperature) if prompt_cache is not None else None
+    logprobs, values, ref_logprobs = [], [], []
     for i in range(0, ro.input_ids.shape[0], batch_size):
         ids, attn = ro.input_ids[i : i + batch_size], ro.attention_mask[i : i + batch_size]
         tokens = ro.response_ids[i : i + batch_size]
@@ -286,14 +284,11 @@ def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int, promp
             logits, v = actor(ids, attn, pos, keep=ro.keep)  # (b, T, V), (b, T)
             logprobs.append(logprobs_from_logits(logits, tokens, temperature))
             values.append(v)
-            if reads:
-                features.append(policy_features(logits, logprobs[-1], ro.mask[i : i + batch_size], temperature))
         ref_logits, _ = lm_logits(ref_lm, ids, attn, pos, keep=ro.keep)
         ref_logprobs.append(logprobs_from_logits(ref_logits, tokens, temperature))
     if cached is None:
-        cached = torch.cat(logprobs), _cat_values(values), torch.cat(features) if reads else None
-    ro.logprobs, values, ro.policy_features = cached
-    ro.values = actor.read_policy(values, ro.policy_features)  # unchanged unless ppo.critic_reads_policy
+        cached = torch.cat(logprobs), _cat_values(values)
+    ro.logprobs, ro.values = cached
     ro.ref_logprobs = torch.cat(ref_logprobs)
     return ro
 

@@ -3,9 +3,12 @@
 The entry point of the command; ``ppo_core/run/rm.py`` implements it.
 """
 
+import os
 import sys
 
-from .run.rm import main
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch loads (run/cli.py _passive_openmp)
+
+from .run.rm import main  # noqa: E402
 
 __all__ = ["main"]
 

@@ -9,6 +9,8 @@ Every term divides by the whole minibatch's counts (``losses.loss_units``), in e
 micro-batches' losses and gradients add up to the minibatch's, however it is split (chapter 08).
 """
 
+import functools
+
 import torch
 
 from .advantages import kl_loss
@@ -16,9 +18,17 @@ from .logprobs import logprobs_from_logits
 from .losses import entropy_loss, loss_units, value_loss
 from .model import position_ids_from_mask
 from .objectives import compute_policy_loss
-from .run.precision import autocast
+from .precision import autocast
 
-__all__ = ["ppo_loss", "minibatch_update", "value_update", "clip_groups", "policy_and_critic", "RatioCheckError"]
+__all__ = [
+    "ppo_loss",
+    "minibatch_update",
+    "value_update",
+    "update_kwargs",
+    "clip_groups",
+    "policy_and_critic",
+    "RatioCheckError",
+]
 
 
 class RatioCheckError(RuntimeError):
@@ -47,16 +57,14 @@ def ppo_loss(
     without a value head (no value loss; old_values and returns are then not read),
     ``loss_agg_mode`` (with ``loss_norm_len``, the constant T_max of seq-mean-token-sum-norm) for the policy
     loss, and ``kl_loss_coef`` > 0 adds the KL to the reference (``mb["ref_logprobs"]``, estimator
-    ``kl_loss_type``) to the loss. A critic that reads the policy (``actor.policy_reader``) also needs
-    ``policy_features`` (B, T, 6): the rollout's, fixed while the policy moves. Chapter 08: ``policy_loss``
-    names the objective (``objectives.POLICY_LOSSES``) and ``policy_kwargs`` its switches; ``mb["units"]``
-    (``losses.loss_units`` of the whole minibatch; absent: these rows' own) is every term's denominator.
+    ``kl_loss_type``) to the loss. Chapter 08: ``policy_loss`` names the objective (``objectives.POLICY_LOSSES``)
+    and ``policy_kwargs`` its switches; ``mb["units"]`` (``losses.loss_units`` of the whole minibatch; absent:
+    these rows' own) is every term's denominator.
     """
     pos = position_ids_from_mask(mb["attention_mask"])
     logits, values = actor(mb["input_ids"], mb["attention_mask"], pos, keep=mb["keep"])  # (B, T, V), (B, T)
     logprobs = logprobs_from_logits(logits, mb["response_ids"], temperature)  # (B, T)
     mask = mb["mask"]
-    values = actor.read_policy(values, mb.get("policy_features"))  # unchanged unless ppo.critic_reads_policy
     units = mb.get("units")  # the minibatch's counts: micro-batches add up (chapter 08)
     agg = {"loss_agg_mode": loss_agg_mode, "norm_len": loss_norm_len, "units": units}
     pg_loss, pg_stats = compute_policy_loss(
@@ -186,8 +194,7 @@ def value_update(actor, optimizer, mb: dict, *, vf_clip_eps: float = 0.2, max_gr
     The policy's trunk runs without gradients, so only the critic (the value head, and a separate critic's
     own trunk if ``actor.critic_trunk`` is set) gets a ``.grad``; AdamW (torch or bitsandbytes) skips
     parameters without one, so the same optimizer leaves every policy weight as it was. Loss: the clipped
-    value loss of chapter 04 on the (B, T) ``mb`` tensors, as in ``ppo_loss`` (``policy_features`` too for a
-    critic that reads the policy). The trunks run under autocast
+    value loss of chapter 04 on the (B, T) ``mb`` tensors, as in ``ppo_loss``. The trunks run under autocast
     in ``actor.compute_dtype``, as in ``actor.forward``; the head in float32.
     Returns ``value/loss``, ``value/clipfrac``, ``train/grad_norm`` (the critic's, before clipping) and
     ``train/skipped`` (1 if the step was skipped for a non-finite loss or gradient).
@@ -200,7 +207,6 @@ def value_update(actor, optimizer, mb: dict, *, vf_clip_eps: float = 0.2, max_gr
         with torch.no_grad(), autocast(mb["input_ids"].device, actor.compute_dtype):
             _, hidden = actor.logits_fn(actor.lm, mb["input_ids"], mb["attention_mask"], pos, mb["keep"])  # (B, T, H)
         values = actor.head_values(hidden)  # (B, T)
-    values = actor.read_policy(values, mb.get("policy_features"))  # unchanged unless ppo.critic_reads_policy
     loss, stats = value_loss(values, mb["old_values"], mb["returns"], mb["mask"], vf_clip_eps)
     loss.backward()
     grad_norm = clip(actor.critic_parameters(), max_grad_norm)
@@ -214,3 +220,34 @@ def value_update(actor, optimizer, mb: dict, *, vf_clip_eps: float = 0.2, max_gr
         "train/grad_norm": float(grad_norm),
         "train/skipped": 0.0 if finite else 1.0,
     }
+
+
+def update_kwargs(cfg) -> dict:
+    """The keyword arguments of ``minibatch_update`` that come from the config. ``loss_fn`` only when
+    chapter 07's or 08's switches change the loss (the KL in it, another averaging, another objective): a learner's own
+    ``minibatch_update`` (chapter 05) then needs no new argument."""
+    p, a = cfg.ppo, cfg.algo
+    kwargs = dict(
+        clip_eps=p.clip_eps,
+        vf_clip_eps=p.vf_clip_eps,
+        vf_coef=p.vf_coef,
+        ent_coef=p.ent_coef,
+        temperature=cfg.rollout.temperature,
+        grad_accum_steps=p.grad_accum_steps,
+        max_grad_norm=p.max_grad_norm,
+    )
+    switches = {"clip_eps_low": p.clip_eps_low, "clip_eps_high": p.clip_eps_high, "dual_clip_c": p.dual_clip_c}
+    switches = {k: v for k, v in switches.items() if v is not None}  # chapter 08's, where set
+    if a.policy_loss == "sapo":
+        switches.update(tau_pos=a.sapo_tau_pos, tau_neg=a.sapo_tau_neg)
+    if a.use_kl_loss or a.loss_agg_mode != "token-mean" or a.policy_loss != "vanilla" or switches:
+        kwargs["loss_fn"] = functools.partial(
+            ppo_loss,
+            loss_agg_mode=a.loss_agg_mode,
+            kl_loss_coef=a.kl_loss_coef if a.use_kl_loss else 0.0,
+            kl_loss_type=a.kl_loss_type,
+            loss_norm_len=cfg.rollout.max_new_tokens,  # Dr. GRPO's constant: the response limit, not this batch's T
+            policy_loss=a.policy_loss,
+            policy_kwargs=switches,
+        )
+    return kwargs

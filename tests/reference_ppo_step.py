@@ -15,10 +15,9 @@ The semantics it pins down (chapters 03-05):
 * reward:      r_t = -kl_coef * KL_t on every response token, + score on the row's LAST response token;
                KL_t = l (k1) or e^-l - 1 + l (k3), with l = old logprob - reference logprob.
 * GAE:         delta_t = r_t + gamma V_{t+1} - V_t, A_t = delta_t + gamma lam A_{t+1}, V = A = 0 after the
-               last response token. The policy's lambda: lam, or with lam_policy_alpha > 0 one per row,
-               lam_b = min(max(1 - 1 / (alpha * l_b), 0), 1) for a response of l_b tokens (VAPO).
+               last response token, with the policy's lambda lam.
 * returns:     the critic's targets R_t = A'_t + V_t from the RAW advantages A' of a second GAE pass with
-               lam_value (None: lam; never the per-row lambda); with lam_value equal to the policy's lambda,
+               lam_value (None: lam); with lam_value equal to the policy's lambda,
                R_t = A_t + V_t.
 * whitening:   (A - mean) / sqrt(var + 1e-8) over every response token of the batch, var with Bessel's
                correction (n - 1), then 0 off the mask.
@@ -35,10 +34,8 @@ The semantics it pins down (chapters 03-05):
                H  = entropy of softmax(logits / temperature).
 * controller:  KL = mean over sequences of the summed k1 KL of each response (the one logged);
                adaptive: kl_coef <- kl_coef (1 + clip(KL / target - 1, -0.2, 0.2) B / horizon); fixed: unchanged.
-* critic:      the value head's parameters, plus with ``separate_critic`` its own trunk's and with
-               ``critic_reads_policy`` its policy reader's (V = head + reader(ro["policy_features"]), the reader's
-               forward borrowed like the actor's); those of the policy are
-               the rest. With ``separate_critic`` the two sets' gradient norms are clipped apart (each to
+* critic:      the value head's parameters, plus with ``separate_critic`` its own trunk's; those of the policy
+               are the rest. With ``separate_critic`` the two sets' gradient norms are clipped apart (each to
                max_grad_norm) and the norm recorded is that of all gradients together.
 * value epochs: with ``value_epochs`` > ppo_epochs, that many minus ppo_epochs more passes follow the update, each
                a fresh permutation from the same generator, with the warm-up's value-only minibatch steps.
@@ -65,7 +62,7 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
 
     cfg keys: gamma, lam, whiten, kl_estimator ('k1' | 'k3'), adaptive_kl, kl_target, kl_horizon, clip_eps,
     vf_clip_eps, vf_coef, ent_coef, temperature, ppo_epochs, minibatch_size, grad_accum_steps,
-    max_grad_norm, lr, weight_decay; optional: lam_value (None), lam_policy_alpha (0), value_lr (0),
+    max_grad_norm, lr, weight_decay; optional: lam_value (None), value_lr (0),
     warmup (False: a PPO step; True: a value warm-up step).
 
     Returns a dict of plain Python lists (B x T nested lists for per-token quantities):
@@ -101,19 +98,15 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
 
     # 4. GAE backwards over each row's response tokens with the policy's lambda; the critic's targets from a
     # second pass with lam_value; then whitening
-    gamma, alpha = cfg["gamma"], cfg.get("lam_policy_alpha", 0.0)
-    lam_value = cfg["lam"] if cfg.get("lam_value") is None else cfg["lam_value"]
-    lam_rows = []  # the policy's lambda of each row
-    for b in range(B):
-        length = sum(1 for t in range(T) if mask[b][t])
-        lam_rows.append(min(max(1.0 - 1.0 / (alpha * max(length, 1)), 0.0), 1.0) if alpha > 0 else cfg["lam"])
+    gamma, lam = cfg["gamma"], cfg["lam"]
+    lam_value = lam if cfg.get("lam_value") is None else cfg["lam_value"]
     adv_raw = [[0.0] * T for _ in range(B)]
     returns = [[0.0] * T for _ in range(B)]
     for b in range(B):
         next_value, next_adv, next_target_adv = 0.0, 0.0, 0.0
         for t in reversed([t for t in range(T) if mask[b][t]]):
             delta = rewards[b][t] + gamma * next_value - values[b][t]
-            adv_raw[b][t] = delta + gamma * lam_rows[b] * next_adv
+            adv_raw[b][t] = delta + gamma * lam * next_adv
             target_adv = delta + gamma * lam_value * next_target_adv
             returns[b][t] = target_adv + values[b][t]
             next_value, next_adv, next_target_adv = values[b][t], adv_raw[b][t], target_adv
@@ -139,8 +132,6 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     head = [p for p in model.value_head.parameters()]
-    if cfg.get("critic_reads_policy"):  # the small network on the policy's confidence learns with the head
-        head = head + [p for p in model.policy_reader.parameters()]
     if cfg.get("separate_critic"):  # the critic's own trunk learns with the head
         head = [p for p in model.critic_trunk.parameters()] + head
     if cfg.get("value_lr", 0.0) > 0:  # the value head in its own group, at its own learning rate
@@ -222,8 +213,6 @@ def _micro_batch_loss(model, ro, rows, keep, advantages, returns, old_values, ol
             positions[j, k] = max(seen - 1, 0) if attn[j, k] == 0 else seen
             seen += int(attn[j, k])
     logits, values = model(ids, attn, positions, keep=keep)  # (b, T, V), (b, T)
-    if cfg.get("critic_reads_policy"):  # plus the reader's term on the rollout's (fixed) policy features
-        values = values + model.policy_reader(ro["policy_features"][rows]).squeeze(-1)
     eps, eps_v, temp = cfg["clip_eps"], cfg["vf_clip_eps"], cfg["temperature"]
     total = 0.0
     for j, b in enumerate(rows):

@@ -14,13 +14,13 @@ from reference_ppo_step import reference_step
 
 from ppo_core.rollout import Rollout
 from ppo_core.run.config import load_config
-from ppo_core.trainer import PPOTrainer
+from ppo_core.run.runner import RunTrainer
 
 B, P, T = 8, 5, 6
 
 
 # ---- the one adapter to the package's step -------------------------------------------------------
-def run_package_step(trainer: PPOTrainer, fixed: dict, monkeypatch) -> dict:
+def run_package_step(trainer: RunTrainer, fixed: dict, monkeypatch) -> dict:
     """Run steps 3-6 of the package's PPO step (``trainer.learn``) on the scored rollout ``fixed``.
 
     ``learn`` takes the rollout ``collect`` would have sampled and scored, so nothing is stubbed; spies
@@ -42,7 +42,6 @@ def run_package_step(trainer: PPOTrainer, fixed: dict, monkeypatch) -> dict:
         logprobs=fixed["logprobs"].clone(),
         values=fixed["values"].clone(),
         ref_logprobs=fixed["ref_logprobs"].clone(),
-        policy_features=fixed["policy_features"].clone(),
     )
     update = trainer.minibatch_update
 
@@ -96,19 +95,17 @@ BASE = dict(
     gamma=1.0, lam=0.95, whiten=True, kl_estimator="k1", kl_coef=0.1, adaptive_kl=False, kl_target=1.0,
     kl_horizon=100, clip_eps=0.2, vf_clip_eps=0.2, vf_coef=0.5, ent_coef=0.01, temperature=0.9, ppo_epochs=1,
     minibatch_size=8, grad_accum_steps=1, max_grad_norm=1.0, lr=3e-3, weight_decay=0.0,
-    lam_value=None, lam_policy_alpha=0.0, value_lr=0.0, warmup=False, separate_critic=False, value_epochs=0,
-    critic_reads_policy=False,
+    lam_value=None, value_lr=0.0, warmup=False, separate_critic=False, value_epochs=0,
 )  # fmt: skip
-"""The critic keys are spelled out (the cpu preset sets value_lr, lam_value, separate_critic and critic_reads_policy);
+"""The critic keys are spelled out (the cpu preset sets value_lr, lam_value and separate_critic);
 ``warmup``: a value warm-up step."""
 
 
-def make_trainer(model_path, out_dir, cfg: dict, seed: int = 0, check_ratio: bool = False) -> PPOTrainer:
+def make_trainer(model_path, out_dir, cfg: dict, seed: int = 0, check_ratio: bool = False) -> RunTrainer:
     """A trainer on the tiny test model whose step settings are ``cfg`` (keys of reference_step)."""
     keys = ["gamma", "lam", "kl_estimator", "kl_coef", "adaptive_kl", "kl_target", "kl_horizon", "clip_eps",
             "vf_clip_eps", "vf_coef", "ent_coef", "ppo_epochs", "minibatch_size", "grad_accum_steps",
-            "max_grad_norm", "lr", "weight_decay", "lam_policy_alpha", "value_lr", "separate_critic",
-            "value_epochs", "critic_reads_policy"]  # fmt: skip
+            "max_grad_norm", "lr", "weight_decay", "value_lr", "separate_critic", "value_epochs"]  # fmt: skip
     overrides = [
         f"model.name_or_path={model_path}",
         f"train.output_dir={out_dir}",
@@ -127,7 +124,7 @@ def make_trainer(model_path, out_dir, cfg: dict, seed: int = 0, check_ratio: boo
         "train.log_every=0",
         "train.progress=false",
     ]
-    return PPOTrainer(load_config("cpu", overrides))
+    return RunTrainer(load_config("cpu", overrides))
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +159,6 @@ def fixed_rollout(tiny_model_path, tmp_path_factory, one_thread):
         "values": torch.where(mask, noise(0.5), 0.0),
         "ref_logprobs": torch.where(mask, true_logp + noise(0.4) - 0.2, 0.0),
         "scores": torch.rand(B, generator=gen) * 3 - 1,
-        "policy_features": torch.rand(B, T, 6, generator=gen),  # read only by a critic_reads_policy config
     }
 
 
@@ -191,9 +187,7 @@ CONFIGS = {
     ),
     "2epochs-accum2-adaptive": dict(ppo_epochs=2, grad_accum_steps=2, adaptive_kl=True, lam=1.0, max_grad_norm=0.3),
     "lam_value1-lam0.9": dict(lam=0.9, lam_value=1.0),
-    "adaptive-lam-lam_value0.8": dict(
-        lam_policy_alpha=1.0, lam_value=0.8, whiten=False, ppo_epochs=2, minibatch_size=4
-    ),
+    "lam_value0.8-no-whiten": dict(lam_value=0.8, whiten=False, ppo_epochs=2, minibatch_size=4),
     "value_lr": dict(value_lr=3e-2, minibatch_size=4, adaptive_kl=True, lam_value=1.0),
     "warmup": dict(warmup=True, adaptive_kl=True, lam_value=1.0, value_lr=1e-2, ppo_epochs=2, minibatch_size=4),
     "value_epochs": dict(value_epochs=3, value_lr=1e-2, minibatch_size=4, lam_value=1.0, grad_accum_steps=2),
@@ -201,18 +195,6 @@ CONFIGS = {
     "separate-critic-warmup": dict(separate_critic=True, warmup=True, value_lr=1e-2, minibatch_size=4),
     "separate-critic-value-epochs": dict(
         separate_critic=True, value_epochs=2, value_lr=1e-2, minibatch_size=4, grad_accum_steps=2, max_grad_norm=0.3
-    ),
-    "reads-policy": dict(critic_reads_policy=True, value_lr=3e-2, minibatch_size=4, ppo_epochs=2, lam_value=1.0),
-    "separate-critic-reads-policy-value-epochs": dict(
-        separate_critic=True,
-        critic_reads_policy=True,
-        value_epochs=2,
-        value_lr=1e-2,
-        minibatch_size=4,
-        grad_accum_steps=2,
-    ),
-    "separate-critic-reads-policy-warmup": dict(
-        separate_critic=True, critic_reads_policy=True, warmup=True, value_lr=1e-2, minibatch_size=4
     ),
 }
 

@@ -1,6 +1,6 @@
 """Steps 3-5 of the critic-free methods (chapter 07) against naive loops, on the fixed rollout of
 tests/test_algorithm_box.py: where the KL goes, the advantage of each estimator, no returns, and what the
-update receives. Also the length-adaptive lambda's logged mean (ppo.lam_policy_alpha).
+update receives.
 """
 
 import math
@@ -11,7 +11,7 @@ from test_algorithm_box import BASE, B, fixed_rollout, make_trainer, run_package
 
 from ppo_core.rollout import Rollout
 from ppo_core.run.config import load_config
-from ppo_core.trainer import PPOTrainer
+from ppo_core.run.runner import RunTrainer
 
 G = 4  # two groups of four rows in the fixed rollout of B = 8
 
@@ -99,7 +99,7 @@ CASES = {
 }  # fmt: skip
 
 
-def critic_free_trainer(model_path, out_dir, case: dict, gamma: float, kl_coef: float) -> PPOTrainer:
+def critic_free_trainer(model_path, out_dir, case: dict, gamma: float, kl_coef: float) -> RunTrainer:
     overrides = [
         f"model.name_or_path={model_path}",
         f"train.output_dir={out_dir}",
@@ -125,7 +125,7 @@ def critic_free_trainer(model_path, out_dir, case: dict, gamma: float, kl_coef: 
         "train.log_every=0",
         "train.progress=false",
     ]
-    return PPOTrainer(load_config("cpu-grpo", overrides))
+    return RunTrainer(load_config("cpu-grpo", overrides))
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -182,14 +182,3 @@ def test_critic_free_step_against_naive_loops(name, tiny_model_path, tmp_path, f
         if case["kl_loss"]:
             rows = [int((f["input_ids"] == r).all(1).nonzero()) for r in mb["input_ids"]]
             torch.testing.assert_close(mb["ref_logprobs"], f["ref_logprobs"][rows])
-
-
-def test_length_adaptive_lambda_is_logged_as_its_mean(tiny_model_path, tmp_path, fixed_rollout, monkeypatch):  # noqa: F811
-    alpha = 0.5
-    tr = make_trainer(tiny_model_path, tmp_path / "run", {**BASE, "lam_policy_alpha": alpha})
-    metrics = run_package_step(tr, fixed_rollout, monkeypatch)["metrics"]
-    lengths = [int(m.sum()) for m in fixed_rollout["mask"]]
-    want = sum(min(1.0, max(0.0, 1 - 1 / (alpha * n))) for n in lengths) / len(lengths)
-    assert metrics["rollout/lam_policy"] == pytest.approx(want, rel=1e-6)
-    tr = make_trainer(tiny_model_path, tmp_path / "run0", BASE)
-    assert "rollout/lam_policy" not in run_package_step(tr, fixed_rollout, monkeypatch)["metrics"]

@@ -13,8 +13,8 @@ import torch
 from ppo_core.advantages import group_relative_advantages
 from ppo_core.run.config import ConfigError, load_config
 from ppo_core.run.metrics import read_metrics
+from ppo_core.run.runner import RunTrainer
 from ppo_core.train import main
-from ppo_core.trainer import PPOTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
 CRITIC_FREE = {"cpu-grpo": True, "cpu-drgrpo": True, "cpu-rloo": True, "cpu-reinforcepp": False}  # -> groups?
@@ -61,7 +61,7 @@ def test_grpo_command_in_a_subprocess(tiny_model_path, tiny_overrides, tmp_path)
 
 def test_no_value_head_is_built_or_optimised_and_the_groups_are_contiguous(tiny_model_path, tiny_overrides, tmp_path):
     cfg = load_config("cpu-grpo", tiny_overrides(tiny_model_path, tmp_path / "run", 1, "rollout.group_size=4"))
-    trainer = PPOTrainer(cfg)
+    trainer = RunTrainer(cfg)
     assert trainer.actor.value_head is None
     optimised = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
     assert optimised == {id(p) for p in trainer.actor.lm.parameters() if p.requires_grad}

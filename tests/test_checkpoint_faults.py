@@ -336,10 +336,10 @@ def test_checkpoint_module_writes_the_manifest_last(tmp_path, monkeypatch):
 
 def test_a_lora_checkpoint_has_a_manifest_and_a_damaged_one_is_refused(tiny_model_path, tmp_path, capsys):
     from ppo_core.run.config import load_config
-    from ppo_core.trainer import PPOTrainer
+    from ppo_core.run.runner import RunTrainer
 
     lora = ("model.lora.r=4", "model.lora.alpha=8", "ppo.separate_critic=false")
-    tr = PPOTrainer(load_config("cpu", _tiny_overrides(tiny_model_path, tmp_path / "run", 2, *RUN, *lora)))
+    tr = RunTrainer(load_config("cpu", _tiny_overrides(tiny_model_path, tmp_path / "run", 2, *RUN, *lora)))
     path = tr.save_checkpoint("step_1")
     tr.logger.close()
     assert "adapter_model.safetensors" in json.loads((path / MANIFEST).read_text())["files"] and damage(path) is None

@@ -142,16 +142,3 @@ def test_bad_input_errors_name_the_value_and_the_choices():
         response_logits(logits, 0, 3)
     with pytest.raises(ValueError, match=r"prompt_len \+ response_len = 9 exceeds the sequence length 7"):
         response_logits(logits, 4, 5)
-
-
-def test_adaptive_lambda_contract():
-    from ppo_core.gae import adaptive_lam
-
-    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
-    want = torch.tensor([0.0, 1 - 1 / (0.5 * 4), 0.0])  # 1 - 1/(0.5 * 1) < 0 is clamped to 0; an empty row counts as 1
-    torch.testing.assert_close(adaptive_lam(mask, 0.5), want)
-    torch.testing.assert_close(adaptive_lam(mask.bool(), 0.5), want)
-    torch.testing.assert_close(adaptive_lam(mask, 4.0), torch.tensor([0.75, 1 - 1 / 16, 0.75]))
-    assert adaptive_lam(mask, 4.0).dtype == torch.float32
-    with pytest.raises(ValueError, match=r"alpha must be > 0, got 0"):
-        adaptive_lam(mask, 0.0)

@@ -6,11 +6,11 @@ import json
 import pytest
 import torch
 
-from ppo_core.gae import adaptive_lam, compute_gae
+from ppo_core.gae import compute_gae
 from ppo_core.run.config import ConfigError, load_config
-from ppo_core.run.metrics import explained_variance, last_mean, read_metrics
+from ppo_core.run.metrics import ev_by_success, explained_variance, last_mean, read_metrics
+from ppo_core.run.runner import RunTrainer
 from ppo_core.run.setup import build_optimizer, param_groups
-from ppo_core.trainer import PPOTrainer
 
 
 def _batch(seed=0, B=5, T=7):
@@ -60,15 +60,6 @@ def test_lambda_one_targets_are_monte_carlo_returns_whatever_the_values():
     torch.testing.assert_close(ret_zero_critic, mc)
 
 
-def test_adaptive_lambda_formula():
-    mask = torch.arange(400)[None] < torch.tensor([400, 100, 20, 10, 1])[:, None]
-    lam = adaptive_lam(mask, 0.05)
-    torch.testing.assert_close(lam, torch.tensor([1 - 1 / 20, 1 - 1 / 5, 0.0, 0.0, 0.0]))  # 1 - 1/(alpha l), >= 0
-    assert adaptive_lam(mask, 1.0)[0].item() == pytest.approx(1 - 1 / 400)
-    with pytest.raises(ValueError, match="alpha"):
-        adaptive_lam(mask, 0.0)
-
-
 def test_first_token_credit_of_a_zero_critic_is_lambda_to_the_t_minus_1():
     """The decay chapter 03 states: with V = 0 and only a final score, A_0 = lam^(T-1) * score."""
     T = 100
@@ -77,8 +68,6 @@ def test_first_token_credit_of_a_zero_critic_is_lambda_to_the_t_minus_1():
     mask = torch.ones(1, T, dtype=torch.bool)
     adv, _ = compute_gae(rewards, torch.zeros(1, T), mask, 1.0, 0.95)
     assert adv[0, 0].item() == pytest.approx(0.95 ** (T - 1), rel=1e-5)
-    adv, _ = compute_gae(rewards, torch.zeros(1, T), mask, 1.0, adaptive_lam(mask, 0.05))
-    assert adv[0, 0].item() == pytest.approx(0.8 ** (T - 1), rel=1e-4)
 
 
 def _cfg(tiny_model_path, tmp_path, steps=1, *extra):
@@ -99,11 +88,10 @@ def test_value_head_gets_its_own_parameter_group_and_learning_rate(tiny_model_pa
         f"ppo.optimizer={optimizer}",
         "ppo.separate_critic=false",
     )  # the head on the policy's trunk (tests/test_separate_critic.py: the other)
-    tr = PPOTrainer(cfg)
+    tr = RunTrainer(cfg)
     groups = tr.optimizer.param_groups
     assert [g["lr"] for g in groups] == [1e-4, 3e-3]
-    head = {id(p) for p in tr.actor.critic_parameters()}  # the head, and the cpu preset's policy reader
-    assert {id(p) for p in tr.actor.policy_reader.parameters()} < head
+    head = {id(p) for p in tr.actor.critic_parameters()}  # the head
     assert {id(p) for p in groups[1]["params"]} == head
     assert not head & {id(p) for p in groups[0]["params"]}
     n_all = sum(1 for p in tr.actor.parameters() if p.requires_grad)
@@ -127,7 +115,7 @@ def test_without_a_critic_value_lr_and_lam_value_are_ignored_and_warmup_refused(
     assert all(torch.is_tensor(p) for p in groups) and len(groups) == len(list(actor.parameters()))
     assert [g["lr"] for g in build_optimizer(actor, ppo).param_groups] == [ppo.lr]
     grpo = ("algo.adv_estimator=grpo", "rollout.group_size=4")
-    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path, 1, *grpo))
+    tr = RunTrainer(_cfg(tiny_model_path, tmp_path, 1, *grpo))
     assert tr.actor.value_head is None and len(tr.optimizer.param_groups) == 1
     m = tr.step()
     assert tr.last_step.returns is None and not [k for k in m if k.startswith("value/")]
@@ -139,7 +127,7 @@ def test_without_a_critic_value_lr_and_lam_value_are_ignored_and_warmup_refused(
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # bfloat16: the trunk under autocast, as on the cuda preset
 def test_value_warmup_fits_the_critic_and_leaves_the_policy_untouched(tiny_model_path, tmp_path, dtype):
     extra = ("ppo.value_warmup_steps=2", "ppo.adaptive_kl=true", f"model.dtype={dtype}", "train.check_ratio=false")
-    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path, 1, *extra))
+    tr = RunTrainer(_cfg(tiny_model_path, tmp_path, 1, *extra))
     tr.reward_fn = lambda completion, answer: float(len(completion) % 3)  # an untrained model scores 0: give it signal
     lm_before = {k: v.clone() for k, v in tr.actor.lm.state_dict().items()}
     head_before = tr.actor.value_head.weight.detach().clone()
@@ -158,16 +146,16 @@ def test_value_warmup_fits_the_critic_and_leaves_the_policy_untouched(tiny_model
 def test_value_warmup_steps_come_on_top_of_train_steps_and_resume_exactly(tiny_model_path, tmp_path):
     """2 warm-up + 2 PPO steps; stopped after step 1 (inside the warm-up) and resumed, the metrics repeat."""
     extra = ("ppo.value_warmup_steps=2", "train.save_every=1", "train.keep_last=5")
-    full = PPOTrainer(_cfg(tiny_model_path, tmp_path / "a", 2, *extra))
+    full = RunTrainer(_cfg(tiny_model_path, tmp_path / "a", 2, *extra))
     full.train()
     steps = [r for r in read_metrics(full.out) if "rollout/reward_mean" in r]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
     assert [bool(r.get("value/warmup")) for r in steps] == [True, True, False, False]
-    stopped = PPOTrainer(_cfg(tiny_model_path, tmp_path / "b", 2, *extra))
+    stopped = RunTrainer(_cfg(tiny_model_path, tmp_path / "b", 2, *extra))
     stopped.step()  # one warm-up step, then "killed"
     stopped.save_checkpoint("step_1")
     stopped.logger.close()
-    again = PPOTrainer(_cfg(tiny_model_path, tmp_path / "b", 2, *extra, f"train.resume={stopped.out / 'step_1'}"))
+    again = RunTrainer(_cfg(tiny_model_path, tmp_path / "b", 2, *extra, f"train.resume={stopped.out / 'step_1'}"))
     again.train()
     got = [r for r in read_metrics(again.out) if "rollout/reward_mean" in r]
     drop = ("time/",)
@@ -176,18 +164,18 @@ def test_value_warmup_steps_come_on_top_of_train_steps_and_resume_exactly(tiny_m
 
 
 def test_decoupled_lambda_trains_the_critic_on_compute_gae_with_lam_value(tiny_model_path, tmp_path):
-    tr = PPOTrainer(
+    tr = RunTrainer(
         _cfg(tiny_model_path, tmp_path, 1, "ppo.lam=0.9", "ppo.lam_value=1.0", "ppo.whiten_advantages=false")
     )
     tr.reward_fn = lambda completion, answer: float(len(completion) % 3)  # an untrained model scores 0
     seen = {}
-    real_update = tr.update
+    real_data = tr.minibatch_data
 
-    def spy(ro, advantages, returns):
+    def spy(ro, advantages, returns):  # what step 5 cuts into minibatches
         seen.update(ro=ro, advantages=advantages, returns=returns)
-        return real_update(ro, advantages, returns)
+        return real_data(ro, advantages, returns)
 
-    tr.update = spy
+    tr.minibatch_data = spy
     tr.step()
     ro, rewards = seen["ro"], tr.last_step.rewards
     want_adv, _ = compute_gae(rewards, ro.values, ro.mask, 1.0, 0.9)
@@ -203,14 +191,14 @@ def test_old_settings_reproduce_the_old_run(tiny_model_path, tmp_path):
     (Against the code before these keys existed: the same 3-step run on main and here with these settings gave
     identical metrics.jsonl files, times aside; see the report of issue 14.)"""
     runs = []
-    old = ("ppo.value_lr=0", "ppo.value_warmup_steps=0", "ppo.lam_policy_alpha=0")
+    old = ("ppo.value_lr=0", "ppo.value_warmup_steps=0")
     for i, extra in enumerate([(*old, "ppo.lam_value=null"), (*old, "ppo.lam_value=0.95", "ppo.lam=0.95")]):
-        tr = PPOTrainer(_cfg(tiny_model_path, tmp_path / str(i), 2, *extra))
+        tr = RunTrainer(_cfg(tiny_model_path, tmp_path / str(i), 2, *extra))
         tr.reward_fn = lambda completion, answer: float(len(completion) % 3)
         runs.append([{k: v for k, v in tr.step().items() if not k.startswith("time/")} for _ in range(2)])
     assert runs[0][1]["value/loss"] > 0
     assert json.dumps(runs[0]) == json.dumps(runs[1])  # bit for bit (json: NaN equals NaN)
-    assert "value/warmup" not in runs[0][0] and "rollout/lam_policy" not in runs[0][0]
+    assert "value/warmup" not in runs[0][0]
 
 
 def test_last_mean_skips_warmup_and_nan():
@@ -223,7 +211,6 @@ def test_last_mean_skips_warmup_and_nan():
 def test_bad_critic_settings_are_one_line_errors():
     for item, fix in [("ppo.lam_value=1.5", "lam_value"), ("ppo.value_lr=-1", "value_lr"),
                       ("ppo.value_warmup_steps=-2", "value_warmup_steps"),
-                      ("ppo.lam_policy_alpha=-0.1", "lam_policy_alpha"),
                       ("ppo.value_epochs=1", "at least ppo.ppo_epochs")]:  # fmt: skip
         with pytest.raises(ConfigError, match=fix):
             load_config("cpu", [item])
@@ -247,7 +234,7 @@ def test_monte_carlo_values_know_what_the_prefix_decides(tiny_model_path, tmp_pa
     """Score = 1 when the response's first token is that of row 0: once token 0 is written, V* is exactly 0 or 1."""
     from ppo_core.rollout import monte_carlo_values, sample
 
-    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path, 1))
+    tr = RunTrainer(_cfg(tiny_model_path, tmp_path, 1))
     records = tr.test_records[:4]
     torch.manual_seed(0)
     ro = sample(tr.actor.lm, tr.tokenizer, tr.prompts(records), 6, 1.0)
@@ -271,7 +258,7 @@ def test_value_updates_raise_explained_variance_on_a_fixed_rollout(tiny_model_pa
     from ppo_core.kl import kl_penalty
     from ppo_core.update import value_update
 
-    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path, 1, "ppo.value_lr=1e-2", "ppo.vf_clip_eps=10"))
+    tr = RunTrainer(_cfg(tiny_model_path, tmp_path, 1, "ppo.value_lr=1e-2", "ppo.vf_clip_eps=10"))
     records = tr.prompt_batch(1)
     torch.manual_seed(0)
     ro = tr.collect(records)  # steps 1-2: sample and score
@@ -279,34 +266,25 @@ def test_value_updates_raise_explained_variance_on_a_fixed_rollout(tiny_model_pa
     rewards = token_rewards(scores, kl_penalty(ro.logprobs, ro.ref_logprobs, "k1"), ro.mask, 0.0)
     _, returns = compute_gae(rewards, ro.values, ro.mask, 1.0, 1.0)
     mb = {"input_ids": ro.input_ids, "attention_mask": ro.attention_mask, "mask": ro.mask,
-          "old_values": ro.values, "returns": returns, "policy_features": ro.policy_features}  # fmt: skip
+          "old_values": ro.values, "returns": returns}  # fmt: skip
     mb = {k: v.clone() for k, v in mb.items()} | {"keep": ro.keep}  # rollout tensors are inference-mode tensors
     ev = [explained_variance(ro.values, returns, ro.mask)]
     for _ in range(30):
         value_update(tr.actor, tr.optimizer, mb, vf_clip_eps=10.0)
     with torch.no_grad():
         _, values = tr.actor(ro.input_ids, ro.attention_mask, keep=ro.keep)
-        values = tr.actor.read_policy(values, ro.policy_features)  # the cpu preset's critic reads the policy
     ev.append(explained_variance(values, returns, ro.mask))
     assert scores.var() > 0 and ev[0] <= 0.01 and ev[1] > 0.5, ev
 
 
-def test_critic_benchmark_pools_explained_variance_by_success_band():
-    """benchmarks/critic.py's ev_by_success: each step in the band of its sampled success rate, seeds pooled,
-    0.9 and 1.0 in the top band, empty bands reported with 0 steps."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "critic_bench", Path(__file__).parents[1] / "benchmarks" / "critic.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+def test_ev_by_success_pools_explained_variance_by_success_band():
+    """run.metrics.ev_by_success (benchmarks/critic.py's table): each step in the band of its sampled success rate,
+    runs pooled, 0.9 and 1.0 in the top band, empty bands reported with 0 steps."""
     rows = [
         {"ev_curve": [0.1, 0.3, -0.2], "correct_curve": [0.2, 0.85, 0.9]},
         {"ev_curve": [0.2, 0.0], "correct_curve": [0.4, 1.0]},
     ]
-    got = {band: (n, ev) for band, n, ev in bench.ev_by_success(rows)}
+    got = {band: (n, ev) for band, n, ev in ev_by_success(rows)}
     assert got["[0.0, 0.5)"] == (2, pytest.approx(0.15))
     assert got["[0.5, 0.8)"][0] == 0
     assert got["[0.8, 0.9)"] == (1, pytest.approx(0.3))
@@ -322,7 +300,7 @@ def test_monte_carlo_continuations_stop_at_the_response_limit(tiny_model_path, t
     """The continuation of a prefix of t tokens gets at most T - t tokens: every scored text fits in T."""
     from ppo_core.rollout import monte_carlo_values, sample
 
-    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path, 1))
+    tr = RunTrainer(_cfg(tiny_model_path, tmp_path, 1))
     records = tr.test_records[:3]
     torch.manual_seed(0)
     ro = sample(tr.actor.lm, tr.tokenizer, tr.prompts(records), 5, 1.0)
@@ -340,21 +318,21 @@ def test_resuming_with_value_lr_switched_on_or_off_is_a_one_line_error(tiny_mode
     """value_lr 0 builds one optimizer group, > 0 two: a checkpoint of the other kind names the setting to use."""
     from ppo_test_support import resuming_with_the_other_setting_fails
 
-    make = lambda out, *more: PPOTrainer(_cfg(tiny_model_path, out, 1, *more))  # noqa: E731
+    make = lambda out, *more: RunTrainer(_cfg(tiny_model_path, out, 1, *more))  # noqa: E731
     errors = resuming_with_the_other_setting_fails(make, tmp_path, "ppo.value_lr", values=("0.0", "0.001"))
     for e, saved, groups in zip(errors, ("0.0", "0.001"), (1, 2), strict=True):
         assert e.endswith(f"resume it with ppo.value_lr={saved}") and f"optimizer has {groups} parameter group(s)" in e
 
 
 def test_a_resumed_run_trains_at_this_run_s_learning_rates_with_the_saved_moments(tiny_model_path, tmp_path):
-    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path / "saved", 2, "ppo.lr=1e-4", "ppo.value_lr=1e-3"))
+    tr = RunTrainer(_cfg(tiny_model_path, tmp_path / "saved", 2, "ppo.lr=1e-4", "ppo.value_lr=1e-3"))
     tr.train()
     path = tr.out / "final"
     moments = {k: v["exp_avg"].clone() for k, v in tr.optimizer.state_dict()["state"].items()}
     tr.logger.close()
     again = _cfg(tiny_model_path, tmp_path / "resumed", 3, "ppo.lr=5e-5", "ppo.value_lr=2e-3", f"train.resume={path}")
     with pytest.warns(UserWarning, match="differ from its run"):
-        resumed = PPOTrainer(again)
+        resumed = RunTrainer(again)
     assert [g["lr"] for g in resumed.optimizer.param_groups] == [5e-5, 2e-3]  # not the checkpoint's 1e-4, 1e-3
     state = resumed.optimizer.state_dict()["state"]
     assert moments and all(torch.equal(state[k]["exp_avg"], v) for k, v in moments.items())

@@ -9,8 +9,8 @@ from ppo_core import dapo
 from ppo_core.rollout import Rollout
 from ppo_core.run.config import ConfigError, load_config
 from ppo_core.run.metrics import read_metrics
+from ppo_core.run.runner import build_trainer
 from ppo_core.train import main
-from ppo_core.trainer import PPOTrainer
 
 
 def test_overlong_penalty_is_zero_then_linear_to_the_limit():
@@ -66,7 +66,7 @@ def test_select_and_concat_keep_each_row_whole():
 @pytest.fixture
 def dapo_trainer(tiny_model_path, tiny_overrides, tmp_path, one_thread):
     extra = ("rollout.batch_size=16", "ppo.minibatch_size=8", "rollout.group_size=4", "rollout.max_new_tokens=8")
-    tr = PPOTrainer(load_config("cpu-dapo", tiny_overrides(tiny_model_path, tmp_path / "run", 1, *extra)))
+    tr = build_trainer(load_config("cpu-dapo", tiny_overrides(tiny_model_path, tmp_path / "run", 1, *extra)))
     yield tr
     tr.logger.close()
 
@@ -99,7 +99,7 @@ def test_dynamic_sampling_refills_the_batch_with_groups_that_disagree(dapo_train
 
 def test_overlong_filter_masks_truncated_responses(tiny_model_path, tiny_overrides, tmp_path, one_thread):
     over = ("rollout.overlong_filter=true", "rollout.max_new_tokens=4", "reward.missing_eos_penalty=0.5")
-    tr = PPOTrainer(load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "run", 1, *over)))
+    tr = build_trainer(load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "run", 1, *over)))
     records = tr.prompt_batch(1)
     ro = tr.collect(records)
     raw = torch.tensor([tr.reward_fn(c, r["answer"]) for c, r in zip(ro.completions, records)])

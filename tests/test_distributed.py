@@ -23,7 +23,7 @@ from ppo_core.rollout import tokenize_prompts
 from ppo_core.run.config import ConfigError, load_config
 from ppo_core.run.distributed import check_world, weights_digest
 from ppo_core.run.metrics import read_metrics
-from ppo_core.trainer import PPOTrainer
+from ppo_core.run.runner import RunTrainer
 
 pytestmark = pytest.mark.skipif(
     not (dist.is_available() and dist.is_gloo_available()), reason="torch.distributed with gloo is unavailable"
@@ -82,7 +82,7 @@ def test_two_ranks_update_equals_one_process(tiny_model_path, tmp_path, one_thre
     (the separate critic: its trunk's gradients averaged too, its extra value-only passes on every rank;
     LoRA: only the adapters and the value head train, the frozen base stays the same on every rank)."""
     cfg = load_config("cpu", _overrides(tiny_model_path, tmp_path / "single", 1, "ppo.lr=1e-2", *extra))
-    tr = PPOTrainer(cfg)
+    tr = RunTrainer(cfg)
     ro = tr.collect(tr.prompt_batch(1))
     torch.save(ro, tmp_path / "ro.pt")
     state0 = {k: v.clone() for k, v in tr.actor.state_dict().items()}
@@ -131,7 +131,7 @@ def test_two_ranks_grpo_groups_and_a_reward_model(tiny_model_path, rm_path, tmp_
     _torchrun([*worker, *extra], tmp_path)
     saved = torch.load(tmp_path / "res.rollout", weights_only=False)
     ro, records = saved["rollout"], saved["records"]
-    tr = PPOTrainer(load_config("cpu", [*_overrides(tiny_model_path, tmp_path / "single", 1, "ppo.lr=1e-2"), *extra]))
+    tr = RunTrainer(load_config("cpu", [*_overrides(tiny_model_path, tmp_path / "single", 1, "ppo.lr=1e-2"), *extra]))
     assert tr.actor.value_head is None and ro.values is None
     assert records == tr.prompt_batch(1) and ro.input_ids.shape[0] == len(records) == 16
     ids, attn = tokenize_prompts(tr.tokenizer, tr.prompts(records), 10_000, "cpu")
@@ -184,7 +184,7 @@ def test_each_rank_samples_from_a_stream_of_seed_step_and_rank(tiny_model_path, 
     the same prompt, so the two ranks' responses differ only through their streams."""
     from ppo_core.run import distributed
 
-    tr = PPOTrainer(load_config("cpu", _overrides(tiny_model_path, tmp_path / "run", 2)))
+    tr = RunTrainer(load_config("cpu", _overrides(tiny_model_path, tmp_path / "run", 2)))
     trainer = object.__new__(distributed.DistributedPPOTrainer)
     trainer.__dict__.update(tr.__dict__)
     monkeypatch.setattr(distributed, "world_size", lambda: 2)
@@ -223,7 +223,6 @@ def test_gathered_rows_are_padded_with_masked_out_positions():
         values=torch.tensor([[0.5, 0.75]]),
         ref_logprobs=torch.tensor([[-1.0, -2.0]]),
         scores=torch.tensor([1.0]),
-        policy_features=torch.full((1, 2, 6), 0.5),  # ppo.critic_reads_policy: (B, T, 6)
     )
     padded = _pad_rollout(ro, prompt_len=4, response_len=3, pad_id=0)
     assert padded["input_ids"].tolist() == [[0, 0, 5, 6, 7, 8, 0]]
@@ -232,4 +231,3 @@ def test_gathered_rows_are_padded_with_masked_out_positions():
     assert padded["logprobs"].tolist() == [[-0.5, -0.25, 0.0]]
     assert padded["ref_logprobs"].tolist() == [[-1.0, -2.0, 0.0]]
     assert padded["values"].tolist() == [[0.5, 0.75, 0.0]] and padded["scores"].tolist() == [1.0]
-    assert padded["policy_features"].tolist() == [[[0.5] * 6, [0.5] * 6, [0.0] * 6]]

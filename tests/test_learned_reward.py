@@ -5,7 +5,7 @@ import torch
 
 from ppo_core.reward_model import RewardModel
 from ppo_core.run.config import ConfigError, load_config
-from ppo_core.trainer import PPOTrainer
+from ppo_core.run.runner import RunTrainer
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def rm_path(tiny_model_path, tmp_path_factory):
 def test_ppo_steps_against_a_learned_reward(tiny_model_path, tiny_overrides, rm_path, tmp_path, one_thread):
     cfg = load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "run", 2, "reward.type=model",
                                             f"reward.path={rm_path}", "train.tensorboard=false"))  # fmt: skip
-    trainer = PPOTrainer(cfg)
+    trainer = RunTrainer(cfg)
     rm = trainer.reward_model
     before = [p.clone() for p in rm.parameters()]
     assert not rm.training and not any(p.requires_grad for p in rm.parameters())
@@ -39,7 +39,7 @@ def test_ppo_steps_against_a_learned_reward(tiny_model_path, tiny_overrides, rm_
 
 
 def test_rule_reward_has_no_model_and_no_extra_metrics(tiny_model_path, tiny_overrides, tmp_path, one_thread):
-    trainer = PPOTrainer(
+    trainer = RunTrainer(
         load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "r", 1, "train.tensorboard=false"))
     )
     assert trainer.reward_model is None and "rollout/gold_reward" not in trainer.step()
@@ -78,9 +78,9 @@ def test_overoptimisation_curve_records_proxy_gold_and_kl(
         if not o.startswith(("train.output_dir", "train.steps"))
     ] + ["rollout.max_new_tokens=20", "reward.gold_length_coef=0.2"]  # responses longer than the reference
     trainers, metrics = [], []
-    init, step = PPOTrainer.__init__, PPOTrainer.step
-    monkeypatch.setattr(PPOTrainer, "__init__", lambda self, *a, **k: (trainers.append(self), init(self, *a, **k))[1])
-    monkeypatch.setattr(PPOTrainer, "step", lambda self: metrics.append(step(self)) or metrics[-1])
+    init, step = RunTrainer.__init__, RunTrainer.step
+    monkeypatch.setattr(RunTrainer, "__init__", lambda self, *a, **k: (trainers.append(self), init(self, *a, **k))[1])
+    monkeypatch.setattr(RunTrainer, "step", lambda self: metrics.append(step(self)) or metrics[-1])
     run = ppo_against_reward_model(rm_path, 0.05, 4, str(tmp_path / "o"), extra, n_samples=3)
     assert [c["step"] for c in run["curve"]] == [1, 2, 3, 4] and set(run["curve"][0]) == set(CURVE_KEYS)
     assert len(run["samples"]) == 3 and {"completion", "proxy", "gold"} <= set(run["samples"][0])
@@ -103,7 +103,7 @@ def test_reward_model_metrics_are_means_of_the_rule_and_the_gold_reward(tiny_mod
     character beyond the answer's length: 1.0, 0.1 - 0.2 * (28 - 12) = -3.1 and 0.0, mean -0.7."""
     cfg = load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "run", 1, "reward.type=model",
                                             f"reward.path={rm_path}", "reward.gold_length_coef=0.2"))  # fmt: skip
-    trainer = PPOTrainer(cfg)
+    trainer = RunTrainer(cfg)
     records = [{"question": "What is 2+3?", "answer": "2+3=5\n#### 5"}] * 3
     completions = ["2+3=5\n#### 5", "I think that 2+3 is 6\n#### 6", "five"]
     m = trainer.reward_model_metrics(records, completions)

@@ -23,14 +23,14 @@ from ppo_core.run.evaluation import evaluate_checkpoint  # noqa: E402
 from ppo_core.run.lora import _no_peft_deprecation, _peft, apply_lora, load_actor, load_merged  # noqa: E402
 from ppo_core.run.metrics import read_metrics  # noqa: E402
 from ppo_core.run.resume import save_checkpoint  # noqa: E402
+from ppo_core.run.runner import RunTrainer  # noqa: E402
 from ppo_core.train import main  # noqa: E402
-from ppo_core.trainer import PPOTrainer  # noqa: E402
 
 LORA = ("model.lora.r=4", "model.lora.alpha=8", "ppo.lr=1e-2", "ppo.separate_critic=false")  # the head on the base
 
 
 def _trainer(tiny_model_path, tiny_overrides, out, steps=2, *extra):
-    return PPOTrainer(load_config("cpu", tiny_overrides(tiny_model_path, out, steps, *LORA, *extra)))
+    return RunTrainer(load_config("cpu", tiny_overrides(tiny_model_path, out, steps, *LORA, *extra)))
 
 
 def test_reference_is_the_base_with_adapters_off_and_stays_frozen(
@@ -124,7 +124,7 @@ GRPO = ("algo.adv_estimator=grpo", "rollout.group_size=4", "algo.use_kl_in_rewar
 
 
 def _update_data(ro) -> dict:
-    """One minibatch of the whole rollout, as PPOTrainer.update builds it (no values: no critic)."""
+    """One minibatch of the whole rollout, as RunTrainer.update builds it (no values: no critic)."""
     keys = ("input_ids", "attention_mask", "response_ids", "mask")
     return {
         **{k: getattr(ro, k) for k in keys},

@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config
 
+from ppo_core import fastpaths
 from ppo_core.model import ActorWithValueHead, make_reference, position_ids_from_mask
-from ppo_core.run import fastpaths
 
 
 def _gpt2(dropout=0.1):
@@ -177,7 +177,7 @@ def test_activation_checkpointing_keeps_the_single_call(monkeypatch):
 
 def test_loading_weights_refuses_a_tensor_the_model_has_no_place_for(tmp_path):
     """A checkpoint of another architecture (here a second layer) is refused by name, not half loaded."""
-    from ppo_core.run.precision import load_weights_
+    from ppo_core.precision import load_weights_
 
     _gpt2().save_pretrained(tmp_path)  # two layers
     one_layer = AutoModelForCausalLM.from_config(GPT2Config(vocab_size=40, n_embd=32, n_layer=1, n_head=2))

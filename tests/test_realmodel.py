@@ -203,10 +203,10 @@ def test_resume_loads_no_second_model(tiny_model_path, tmp_path, monkeypatch):
     import transformers
 
     from ppo_core.run.config import load_config
-    from ppo_core.trainer import PPOTrainer
+    from ppo_core.run.runner import RunTrainer
 
     over = _tiny_overrides(tiny_model_path, tmp_path / "run", 1, "train.save_every=1", "train.check_ratio=false")
-    tr = PPOTrainer(load_config("cpu", over))
+    tr = RunTrainer(load_config("cpu", over))
     tr.step()
     tr.save_checkpoint("step_1")
     saved = {k: v.clone() for k, v in tr.actor.state_dict().items()}
@@ -219,7 +219,7 @@ def test_resume_loads_no_second_model(tiny_model_path, tmp_path, monkeypatch):
         return real(cls, *a, **k)
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(counting))
-    tr2 = PPOTrainer(load_config("cpu", over + ["train.resume=auto"]))
+    tr2 = RunTrainer(load_config("cpu", over + ["train.resume=auto"]))
     tr2.logger.close()
     assert tr2.step_count == 1
     assert all(torch.equal(saved[k], v) for k, v in tr2.actor.state_dict().items())
@@ -229,12 +229,12 @@ def test_resume_loads_no_second_model(tiny_model_path, tmp_path, monkeypatch):
 def test_evaluate_checkpoint_uses_the_runs_device_and_dtype(tiny_model_path, tmp_path, monkeypatch):
     from ppo_core.run import evaluation as evaluate
     from ppo_core.run.config import load_config
-    from ppo_core.trainer import PPOTrainer
+    from ppo_core.run.runner import RunTrainer
 
     """The dtype is checked here (the checkpoint holds float32 weights, the run computes in bf16); the device
     goes through the same ``resolve_device`` as training (only the CPU can be checked on this machine)."""
     over = _tiny_overrides(tiny_model_path, tmp_path / "run", 1, "train.check_ratio=false", "model.device=cpu")
-    tr = PPOTrainer(load_config("cpu", over))
+    tr = RunTrainer(load_config("cpu", over))
     path = tr.save_checkpoint("step_0")
     tr.logger.close()
     seen = []
@@ -247,11 +247,11 @@ def test_evaluate_checkpoint_uses_the_runs_device_and_dtype(tiny_model_path, tmp
 def test_bf16_run_moves_the_policy_weights_at_lr_1e_6(tiny_model_path, tmp_path):
     """The issue measured 1.95 % of bf16 entries changed after 10 AdamW steps at lr 1e-6, 0 % of the norms."""
     from ppo_core.run.config import load_config
-    from ppo_core.trainer import PPOTrainer
+    from ppo_core.run.runner import RunTrainer
 
     over = _tiny_overrides(tiny_model_path, tmp_path / "run", 1, "model.dtype=bfloat16", "ppo.lr=1e-6",
                            "train.check_ratio=false")  # fmt: skip
-    tr = PPOTrainer(load_config("cpu", over))
+    tr = RunTrainer(load_config("cpu", over))
     before = {n: p.detach().float().clone() for n, p in tr.actor.lm.named_parameters()}
     tr.step()
     tr.logger.close()
@@ -274,13 +274,13 @@ def test_bf16_compute_moves_the_weights_like_float32(tiny_model_path, tmp_path):
     (measured 1.6x here): "similar" means within a factor of 2.
     """
     from ppo_core.run.config import load_config
-    from ppo_core.trainer import PPOTrainer
+    from ppo_core.run.runner import RunTrainer
 
     moved = {}
     for dtype in ("float32", "bfloat16"):
         over = _tiny_overrides(tiny_model_path, tmp_path / dtype, 2, f"model.dtype={dtype}", "ppo.lr=1e-6",
                                "train.check_ratio=false")  # fmt: skip
-        tr = PPOTrainer(load_config("cpu", over))
+        tr = RunTrainer(load_config("cpu", over))
         before = [p.detach().double().clone() for p in tr.actor.lm.parameters()]
         tr.step()
         tr.step()

@@ -28,8 +28,8 @@ from ppo_core.run.checkpoint import checkpoint_step, latest_checkpoint, recover_
 from ppo_core.run.config import ConfigError, load_config
 from ppo_core.run.guards import NonFiniteError
 from ppo_core.run.metrics import read_metrics
+from ppo_core.run.runner import RunTrainer
 from ppo_core.train import main
-from ppo_core.trainer import PPOTrainer
 
 # Three steps, a checkpoint after each (keep two), an adaptive KL coefficient (so the KL controller's
 # state matters on resume), one thread (so a subprocess and this process compute the same numbers).
@@ -92,8 +92,8 @@ def _step_lines(out: Path) -> list[dict]:
     return [r for r in records if "rollout/reward_mean" in r]
 
 
-def _trainer(model, tmp_path, *extra) -> PPOTrainer:
-    return PPOTrainer(load_config("cpu", _overrides(model, tmp_path / "run", 3, *extra)))
+def _trainer(model, tmp_path, *extra) -> RunTrainer:
+    return RunTrainer(load_config("cpu", _overrides(model, tmp_path / "run", 3, *extra)))
 
 
 _CHILDREN: list[subprocess.Popen] = []
@@ -328,7 +328,7 @@ def test_out_of_memory_is_one_line_naming_the_knobs(tiny_model_path, tmp_path, m
     def oom(self):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(PPOTrainer, "step", oom)
+    monkeypatch.setattr(RunTrainer, "step", oom)
     assert main(_overrides(tiny_model_path, tmp_path / "run", 2, "train.eval_samples=1")) == 3
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: out of memory") and "\n" not in err
@@ -418,7 +418,7 @@ def test_nan_rollout_stops_before_the_update(tiny_model_path, tmp_path, monkeypa
 
 
 def test_nan_parameters_stop_the_run_and_the_last_good_checkpoint_stays(tiny_model_path, tmp_path, monkeypatch, capsys):
-    real = PPOTrainer.update
+    real = RunTrainer.update
 
     def poisoned_update(self, *args):
         out = real(self, *args)
@@ -426,7 +426,7 @@ def test_nan_parameters_stop_the_run_and_the_last_good_checkpoint_stays(tiny_mod
             self.actor.value_head.weight.data[0, 0] = float("nan")
         return out
 
-    monkeypatch.setattr(PPOTrainer, "update", poisoned_update)
+    monkeypatch.setattr(RunTrainer, "update", poisoned_update)
     out = tmp_path / "run"
     assert main(_overrides(tiny_model_path, out, 3)) == 3
     err = capsys.readouterr().err.strip()

@@ -4,11 +4,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ppo_core import fastpaths
+from ppo_core.fastpaths import PromptCache
 from ppo_core.logprobs import logprobs_from_logits
 from ppo_core.model import ActorWithValueHead, make_reference
 from ppo_core.rollout import sample, sampling_config, score, tokenize_prompts
-from ppo_core.run import fastpaths
-from ppo_core.run.fastpaths import PromptCache
 
 
 def _load(path):
@@ -173,7 +173,7 @@ def test_a_long_prompt_loses_its_start_and_keeps_its_end(tiny_model_path):
 
 def test_bf16_compute_on_float32_weights_keeps_no_cache(tiny_model_path):
     """Under bf16 autocast the multiplies run in bf16 though the weights are float32: no cache either."""
-    from ppo_core.run.precision import compute_dtype
+    from ppo_core.precision import compute_dtype
 
     lm, tok = _load(tiny_model_path)
     with torch.autocast("cpu", dtype=torch.bfloat16):

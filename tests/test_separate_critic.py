@@ -13,9 +13,9 @@ import torch
 
 from ppo_core.model import CRITIC_DIR, ActorWithValueHead, position_ids_from_mask
 from ppo_core.run.config import ConfigError, load_config
+from ppo_core.run.runner import RunTrainer
 from ppo_core.run.setup import build_optimizer
 from ppo_core.tasks.tiny import build_char_tokenizer, build_tiny_model
-from ppo_core.trainer import PPOTrainer
 from ppo_core.update import clip_groups, minibatch_update, ppo_loss, value_update
 
 
@@ -158,7 +158,7 @@ def _cfg(tiny_model_path, out, steps=1, *extra):
 
 
 def test_trainer_builds_it_and_gives_it_the_value_learning_rate(tiny_model_path, tmp_path):
-    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path / "run", 1, "ppo.value_lr=3e-3"))
+    tr = RunTrainer(_cfg(tiny_model_path, tmp_path / "run", 1, "ppo.value_lr=3e-3"))
     groups = tr.optimizer.param_groups
     assert [g["lr"] for g in groups] == [tr.cfg.ppo.lr, 3e-3]
     assert {id(p) for p in groups[1]["params"]} == {id(p) for p in tr.actor.critic_parameters()}
@@ -170,10 +170,10 @@ def test_trainer_builds_it_and_gives_it_the_value_learning_rate(tiny_model_path,
 
 def test_fast_scoring_path_gives_the_same_values(tiny_model_path, tmp_path):
     """The prompt cache serves the policy's logprobs; the separate critic reads whole rows: same numbers."""
+    from ppo_core.fastpaths import PromptCache
     from ppo_core.rollout import sample, score
-    from ppo_core.run.fastpaths import PromptCache
 
-    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path / "run", 1, "train.fast_paths=true"))
+    tr = RunTrainer(_cfg(tiny_model_path, tmp_path / "run", 1, "train.fast_paths=true"))
     with torch.no_grad():
         for p in tr.actor.critic_trunk.parameters():  # the critic's trunk is no longer the policy's
             p.add_(0.05 * torch.randn_like(p))
@@ -195,7 +195,7 @@ def test_checkpoint_holds_the_critic_and_resume_continues_exactly(tiny_model_pat
     from ppo_test_support import resumed_run_repeats_the_full_one
 
     extra = ("train.save_every=1", "train.keep_last=5", "ppo.value_lr=1e-3")
-    make = lambda out, *more: PPOTrainer(_cfg(tiny_model_path, out, 2, *extra, *more))  # noqa: E731
+    make = lambda out, *more: RunTrainer(_cfg(tiny_model_path, out, 2, *extra, *more))  # noqa: E731
     full, want = resumed_run_repeats_the_full_one(make, tmp_path, stop_after=1)
     assert (full.out / "step_1" / CRITIC_DIR / "config.json").is_file()
     assert any(r["value/loss"] > 0 for r in want)
@@ -207,7 +207,7 @@ def test_checkpoint_holds_the_critic_and_resume_continues_exactly(tiny_model_pat
 def test_resuming_with_the_other_critic_setting_is_a_one_line_error(tiny_model_path, tmp_path):
     from ppo_test_support import resuming_with_the_other_setting_fails
 
-    make = lambda out, *more: PPOTrainer(_cfg(tiny_model_path, out, 1, *more))  # noqa: E731
+    make = lambda out, *more: RunTrainer(_cfg(tiny_model_path, out, 1, *more))  # noqa: E731
     resuming_with_the_other_setting_fails(make, tmp_path, "ppo.separate_critic")
 
 
@@ -222,7 +222,7 @@ def test_extra_value_epochs_train_only_the_critic_and_are_logged(tiny_model_path
     """ppo.value_epochs=4 with ppo_epochs=2: two more passes of value-only updates after the PPO update."""
     import ppo_core.trainer as trainer_module
 
-    tr = PPOTrainer(_cfg(tiny_model_path, tmp_path / "run", 1, "ppo.value_epochs=4", "ppo.ppo_epochs=2"))
+    tr = RunTrainer(_cfg(tiny_model_path, tmp_path / "run", 1, "ppo.value_epochs=4", "ppo.ppo_epochs=2"))
     tr.reward_fn = lambda completion, answer: float(len(completion) % 3)
     calls = []
     real = trainer_module.value_update

@@ -136,7 +136,7 @@ def test_synthetic_default_path(tmp_path, capsys):
 
 def test_each_step_draws_its_own_batch_and_a_resumed_run_the_same_ones(monkeypatch):
     """Step n's batch depends on (seed, n) only: the steps cover the pairs, and a resumed run repeats them."""
-    from ppo_core import reward_model
+    from ppo_core.run import rm as rm_command
     from ppo_core.run.rm import fit_reward_model
 
     pairs = [{"prompt": str(i), "chosen": "a", "rejected": "b"} for i in range(8)]
@@ -146,7 +146,7 @@ def test_each_step_draws_its_own_batch_and_a_resumed_run_the_same_ones(monkeypat
         seen.append(tuple(p["prompt"] for p in batch))
         return rm.weight.sum() * 0.0, {"loss": 0.0}
 
-    monkeypatch.setattr(reward_model, "pair_loss", spy_loss)
+    monkeypatch.setattr(rm_command, "pair_loss", spy_loss)
     rm = torch.nn.Linear(1, 1)
     history = fit_reward_model(rm, pairs, steps=24, batch_size=2, seed=0)
     full = list(seen)
@@ -159,13 +159,13 @@ def test_each_step_draws_its_own_batch_and_a_resumed_run_the_same_ones(monkeypat
 
 def test_synthetic_held_out_pairs_come_from_the_held_out_problems(monkeypatch):
     """The synthetic path: training pairs on training problems, held-out pairs on the held-out split only."""
+    from ppo_core.run import rm as rm_command
     from ppo_core.run.rm import _pairs, load_rm_config
-    from ppo_core.tasks import preferences, tiny, warmstart
     from ppo_core.tasks.synthetic import make_synthetic_task
 
-    monkeypatch.setattr(tiny, "load_tiny", lambda path: (None, None))
-    monkeypatch.setattr(warmstart, "generate_completions", lambda model, tok, records, **kw: ["y"] * len(records))
-    monkeypatch.setattr(preferences, "make_preference_pairs",
+    monkeypatch.setattr(rm_command, "load_tiny", lambda path: (None, None))
+    monkeypatch.setattr(rm_command, "generate_completions", lambda model, tok, records, **kw: ["y"] * len(records))
+    monkeypatch.setattr(rm_command, "make_preference_pairs",
                         lambda model, tok, records, **kw: [{"prompt": r["question"]} for r in records])  # fmt: skip
     cfg = load_rm_config("rm_cpu", ["data.n_pairs=40", "data.eval_pairs=10", "train.normalize_samples=8"])
     pairs, held, _ = _pairs(cfg, "unused")

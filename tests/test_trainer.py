@@ -11,8 +11,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ppo_core.run.config import ConfigError, load_config
 from ppo_core.run.metrics import read_metrics
+from ppo_core.run.runner import RunTrainer
 from ppo_core.train import main
-from ppo_core.trainer import PPOTrainer
 from ppo_core.update import RatioCheckError, minibatch_update
 
 STEP_KEYS = [
@@ -66,7 +66,7 @@ def test_cli_two_step_smoke_run(tiny_model_path, tiny_overrides, tmp_path, capsy
 def _trainer(tiny_model_path, tmp_path, *extra):
     from ppo_test_support import _tiny_overrides
 
-    return PPOTrainer(load_config("cpu", _tiny_overrides(tiny_model_path, tmp_path / "run", 1, *extra)))
+    return RunTrainer(load_config("cpu", _tiny_overrides(tiny_model_path, tmp_path / "run", 1, *extra)))
 
 
 def test_ratio_check_fires_when_training_forward_differs(tiny_model_path, tiny_overrides, tmp_path):
@@ -87,7 +87,6 @@ def test_ratio_check_fires_when_training_forward_differs(tiny_model_path, tiny_o
         "old_values": ro.values,
         "advantages": torch.ones_like(ro.values),
         "returns": torch.zeros_like(ro.values),
-        "policy_features": ro.policy_features,  # the cpu preset's critic reads the policy
         "keep": ro.keep,
     }
     minibatch_update(tr.actor, tr.optimizer, mb, temperature=0.7, ratio_tol=1e-4)  # consistent: passes
@@ -100,7 +99,6 @@ def test_ratio_check_fires_when_training_forward_differs(tiny_model_path, tiny_o
         mask=ro2.mask,
         old_logprobs=ro2.logprobs,
         old_values=ro2.values,
-        policy_features=ro2.policy_features,
         keep=ro2.keep,
         advantages=torch.ones_like(ro2.values),
         returns=torch.zeros_like(ro2.values),
@@ -191,8 +189,8 @@ def test_cuda_code_path_random_qwen(tmp_path):
 
 
 def test_fast_paths_give_the_readable_paths_numbers(tiny_model_path, tmp_path, monkeypatch):
-    """train.fast_paths (run/fastpaths.py) changes how much work a step does, not what it computes."""
-    from ppo_core.run import fastpaths
+    """train.fast_paths (fastpaths.py) changes how much work a step does, not what it computes."""
+    from ppo_core import fastpaths
 
     monkeypatch.setattr(fastpaths, "SPLIT_MIN_PREFIX_TOKENS", 0)  # the prefix split on every minibatch
     steps = {}
@@ -229,7 +227,7 @@ def test_response_length_and_eos_rate_are_per_response_means(tiny_model_path, ti
     """rollout/response_length: the mean number of counted response tokens per response (EOS included);
     rollout/eos_rate: the share of responses that ended on EOS. Rows 0-2 and 4-6 are made to end on EOS after
     1, 2, 3 tokens, rows 3 and 7 run to the 8-token limit: lengths 1, 2, 3, 8 twice, mean 3.5; EOS rate 6/8."""
-    import ppo_core.trainer as trainer
+    import ppo_core.run.runner as trainer
 
     real_sample = trainer.sample
 
@@ -249,7 +247,7 @@ def test_response_length_and_eos_rate_are_per_response_means(tiny_model_path, ti
         return ro
 
     monkeypatch.setattr(trainer, "sample", ending_early)
-    tr = PPOTrainer(load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "run", 1)))
+    tr = RunTrainer(load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "run", 1)))
     eos, letter = tr.tokenizer.eos_token_id, tr.tokenizer.convert_tokens_to_ids("a")
     m = tr.step()
     assert m["rollout/response_length"] == pytest.approx(3.5)
@@ -282,7 +280,7 @@ def test_bf16_compute_keeps_float32_policy_weights_and_stores_the_reference_in_b
 def test_prompt_batches_take_every_record_once_per_pass_in_a_fresh_order(tiny_model_path, tiny_overrides, tmp_path):
     """data.n_train=64, 8 prompts a step: steps 1-8 are one pass over the records, steps 9-16 the next. Each
     pass holds every record once, shuffled, and the second pass is not the first one's order again."""
-    tr = PPOTrainer(load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "run", 1)))
+    tr = RunTrainer(load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "run", 1)))
     index = {id(r): i for i, r in enumerate(tr.train_records)}
     passes = [[index[id(r)] for step in range(8 * p + 1, 8 * p + 9) for r in tr.prompt_batch(step)] for p in (0, 1)]
     for order in passes:
@@ -295,7 +293,7 @@ def test_prompt_batches_take_every_record_once_per_pass_in_a_fresh_order(tiny_mo
 def test_step_n_samples_prompt_batch_n_and_evaluation_reads_the_held_out_split(tiny_model_path, tmp_path, monkeypatch):
     """``step()`` number k (1-based) collects ``prompt_batch(k)``; ``evaluate`` scores the first
     ``train.eval_samples`` (or ``n``) records of the test split, never training records."""
-    import ppo_core.trainer as trainer
+    import ppo_core.run.runner as trainer
 
     tr = _trainer(tiny_model_path, tmp_path, "ppo.ppo_epochs=1")
     collected, real_collect = [], tr.collect

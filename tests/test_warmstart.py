@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from ppo_core.tasks import warmstart
 from ppo_core.tasks.rewards import extract_answer
 from ppo_core.tasks.synthetic import make_synthetic_task
-from ppo_core.tasks.tiny import build_tiny_model
+from ppo_core.tasks.tiny import build_tiny_model, load_tiny
 from ppo_core.tasks.warmstart import (
     IGNORE_INDEX,
     evaluate_accuracy,
@@ -219,3 +219,31 @@ def test_sampling_follows_the_temperature(tok):
     greedy = generate_completions(model, tok, records, greedy=True, max_new_tokens=6)
     assert generate_completions(model, tok, records, temperature=1e-4, max_new_tokens=6, seed=0) == greedy
     assert generate_completions(model, tok, records, temperature=1.0, max_new_tokens=6, seed=0) != greedy
+
+
+def test_the_default_run_s_warm_start_ships_and_a_cache_miss_copies_it(tmp_path, monkeypatch):
+    """The cpu preset's warm start (seed 0) is in the package, in float16; a cache miss on its settings copies it
+    (float32 in the cache) instead of training, and a retrain would round to the same precision."""
+    from ppo_core.run.config import load_config
+    from ppo_core.run.setup import _warm_started_tiny
+
+    cfg = load_config("cpu", [f"warmstart.cache_dir={tmp_path}", "train.progress=false"])
+    monkeypatch.setattr(warmstart, "_train", lambda *a, **k: pytest.fail("trained instead of copying"))
+    path = _warm_started_tiny(cfg)
+    shipped = warmstart.SHIPPED / path.name
+    assert shipped.is_dir() and sum(f.stat().st_size for f in shipped.iterdir()) < 3_000_000
+    model, _ = load_tiny(path)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert all(torch.equal(p, p.half().float()) for p in model.parameters())  # float16 values, held in float32
+    assert json.loads((path / "warmstart.json").read_text()) == json.loads((shipped / "warmstart.json").read_text())
+    monkeypatch.setattr(warmstart, "SHIPPED", tmp_path / "none")  # without the shipped copy, it would train
+    with pytest.raises(pytest.fail.Exception, match="trained instead of copying"):
+        _warm_started_tiny(load_config("cpu", [f"warmstart.cache_dir={tmp_path / 'other'}", "train.progress=false"]))
+
+
+def test_round_to_float16_rounds_in_place_and_keeps_float32():
+    lin = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        lin.weight.fill_(1.0 + 2**-12)  # between two float16 neighbours
+    warmstart.round_to_float16_(lin)
+    assert lin.weight.dtype == torch.float32 and torch.all(lin.weight == 1.0)

@@ -4,14 +4,13 @@
 | ------------------- | ---------------------------------------------------------------------- |
 | run.config          | typed config, presets (``run/configs/*.yaml``), key=value overrides    |
 | run.setup           | device, task, models, optimizer and KL controller built from a config  |
+| run.runner          | ``build_trainer(cfg)``: the trainer handed its parts, with a run around |
 | run.loop            | the run: evaluate, steps with checkpoints and signals, final/, summary |
 | run.resume          | what a checkpoint holds; fresh start or resume of a run folder         |
 | run.checkpoint      | atomic checkpoint folders, recovery, pruning, resume checks, signals   |
 | run.manifest        | checkpoints that prove they are whole: each file's size and hash       |
 | run.guards          | NaN guards: ``NonFiniteError`` and the checks that raise it            |
-| run.fastpaths       | speed paths with the same numbers (``train.fast_paths``)               |
 | run.metrics         | metrics log (JSONL, TensorBoard, W&B) and the dashboard figure         |
-| run.precision       | mixed precision: float32 weights, bf16/fp16 autocast; in-place loads   |
 | run.evaluation      | held-out accuracy of a model or a checkpoint                           |
 | run.cli             | ``python -m ppo_core.train`` and ``python -m ppo_core.evaluate``       |
 | run.rm              | ``python -m ppo_core.train_rm``: the reward model's config and run     |

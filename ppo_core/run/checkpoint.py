@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 from ..utils import write_folder_atomically
-from .manifest import MANIFEST, damage, is_write_failure, write_manifest
+from .manifest import MANIFEST, STATE_FILE, damage, is_write_failure, write_manifest
 
 __all__ = [
     "STATE_FILE",
@@ -38,7 +38,6 @@ __all__ = [
     "StopOnSignal",
 ]
 
-STATE_FILE = "trainer_state.pt"
 RUN_FILES = ("metrics.jsonl", "samples.jsonl", "summary.json", "dashboard.png", "effective_config.yaml", "tb")
 """What a run writes beside its checkpoints (removed with them when a run is started over)."""
 RESUMABLE_CHANGES = {

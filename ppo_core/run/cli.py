@@ -5,9 +5,8 @@
 
 With no arguments training runs the CPU default (offline: a tiny warm-started model on a synthetic task).
 
-This module imports neither torch nor the trainer at its top: each command first sets
-``OMP_WAIT_POLICY`` (``_passive_openmp``), which OpenMP reads once, when torch loads, and only then
-imports what loads torch.
+OpenMP reads ``OMP_WAIT_POLICY`` once, when torch loads: the entry points set it (``_passive_openmp``'s
+default) before they import this module.
 """
 
 import argparse
@@ -19,8 +18,16 @@ import sys
 import time
 import warnings
 
-from .checkpoint import latest_checkpoint
+import torch
+from transformers.utils.logging import disable_progress_bar, enable_progress_bar, is_progress_bar_enabled
+
+from ..update import RatioCheckError
+from . import distributed
+from .checkpoint import CheckpointWriteError, latest_checkpoint
 from .config import PRESETS, ConfigError, load_config
+from .evaluation import evaluate_checkpoint
+from .guards import NonFiniteError
+from .runner import build_trainer
 
 __all__ = ["train_main", "evaluate_main", "EXIT_CODES"]
 
@@ -58,15 +65,9 @@ def _run(args) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         if not cfg.train.progress:  # also transformers' own bars (loading and writing weights)
-            from transformers.utils.logging import disable_progress_bar
-
             disable_progress_bar()
-        from ..trainer import PPOTrainer  # loads torch: after _passive_openmp
-        from . import distributed
-
-        if distributed.launched_by_torchrun():  # torchrun --nproc_per_node=N: data parallel (run/distributed.py)
-            PPOTrainer = distributed.DistributedPPOTrainer  # noqa: N806
-        summary = PPOTrainer(cfg).train()
+        build = distributed.DistributedPPOTrainer if distributed.launched_by_torchrun() else build_trainer
+        summary = build(cfg).train()  # torchrun --nproc_per_node=N: data parallel (run/distributed.py)
     except ConfigError as err:  # bad config, data, model path or device: nothing was written
         return _fail(err, 2)
     except KeyboardInterrupt:  # a second Ctrl-C, or one during start-up
@@ -102,19 +103,14 @@ def _run(args) -> int:
 def _terse_output():
     """Warnings as one 'warning: ...' line each, without the source line; put back afterwards (main may run
     in-process)."""
-    old_format, progress = warnings.formatwarning, None
+    old_format = warnings.formatwarning
     warnings.formatwarning = lambda message, category, *_, **__: f"warning: {message}\n"
-    if "transformers" in sys.modules:
-        from transformers.utils.logging import is_progress_bar_enabled
-
-        progress = is_progress_bar_enabled()
+    progress = is_progress_bar_enabled()
     try:
         yield
     finally:
         warnings.formatwarning = old_format
         if progress:
-            from transformers.utils.logging import enable_progress_bar
-
             enable_progress_bar()
 
 
@@ -139,12 +135,6 @@ def _fail(message, code: int) -> int:
 
 def _diagnosis(err: Exception, output_dir: str) -> int | None:
     """Exit code 3 and one line for a run that stopped for a known reason; None for anything else (a bug)."""
-    import torch  # loaded by now; imported here so that importing this module loads no torch
-
-    from ..update import RatioCheckError
-    from .checkpoint import CheckpointWriteError
-    from .guards import NonFiniteError
-
     if isinstance(err, (NonFiniteError, RatioCheckError, CheckpointWriteError)):
         return _fail(err, 3)
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):  # a log, not a checkpoint
@@ -170,8 +160,6 @@ def evaluate_main(argv=None) -> int:
     ap.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.eval_samples=200")
     args = ap.parse_args(argv)
     _passive_openmp()
-    from .evaluation import evaluate_checkpoint  # loads torch: after _passive_openmp
-
     try:
         res = evaluate_checkpoint(args.checkpoint, args.config, args.overrides)
     except (ConfigError, FileNotFoundError) as err:

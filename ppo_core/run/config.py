@@ -13,9 +13,19 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-__all__ = ["Config", "load_config", "ConfigError", "PRESETS", "validate"]
+from ..advantages import ADV_ESTIMATORS
+from ..kl import KL_ESTIMATORS
+from ..losses import LOSS_AGG_MODES
+from ..precision import DTYPES
+from ..tasks.data import PROMPT_STYLES
+
+__all__ = ["Config", "load_config", "ConfigError", "PRESETS", "validate", "uses_critic"]
 
 PRESETS = ("cpu", "cuda", "cpu-grpo", "cpu-drgrpo", "cpu-rloo", "cpu-reinforcepp", "cpu-dapo", "cpu-gspo", "cpu-cispo")
+DEVICES = ("auto", "cpu", "cuda")
+TASKS = ("synthetic", "long_synthetic", "gsm8k")
+OPTIMIZERS = ("adamw", "adamw8bit")
+"""The choices of model.device, data.task and ppo.optimizer."""
 
 
 @dataclass
@@ -109,7 +119,7 @@ class PPOConfig:
     grad_accum_steps: int = 1
     """Micro-batches per minibatch (gradient accumulation): minibatch_size must divide by it."""
     lr: float = 1e-4
-    """AdamW learning rate (policy and value head)."""
+    """AdamW learning rate of the policy (and of the critic unless ppo.value_lr is set)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     optimizer: str = "adamw"
@@ -137,59 +147,23 @@ class PPOConfig:
     lam: float = 0.95
     """GAE lambda of the policy's advantages (and of the critic's targets unless ppo.lam_value is set)."""
     lam_value: float | None = None
-    """GAE lambda of the critic's targets R_t = A_t(lam_value) + V_t (null = ppo.lam, one lambda for both).
-    1.0 gives Monte-Carlo targets, the sum of the rewards still to come: unbiased, and independent of the
-    critic's own (at first meaningless) values; a lambda below 1 bootstraps from them. VC-PPO
-    (arXiv 2503.01491) decouples the two. The cpu and cuda presets set 1.0 (benchmarks/critic.py: with ppo.value_lr it
-    lifted the cpu run's last-10-step explained variance from -0.27/-0.16/-0.09 to -0.02/-0.02/+0.01 on seeds 0-2).
-    Ignored without a critic (algo.adv_estimator other than gae: there are no targets to fit)."""
-    lam_policy_alpha: float = 0.0
-    """VAPO's length-adaptive policy lambda (arXiv 2504.05118): when > 0, each response of length l gets
-    lam = 1 - 1/(alpha * l) for its advantages instead of ppo.lam (VAPO uses alpha = 0.05). 0 = off. The token-0
-    credit is then lam^(l-1) ~ exp(-1/alpha) whatever the length, so VAPO's 0.05 leaves the early tokens to the
-    critic; neither preset uses it (unmeasured here). Ignored without a critic (the critic-free advantages of
-    algo.adv_estimator use no lambda)."""
+    """GAE lambda of the critic's targets R_t = A_t(lam_value) + V_t (null = ppo.lam); 1.0 gives Monte-Carlo
+    targets, independent of the critic's own early values, as VC-PPO (arXiv 2503.01491) decouples them.
+    Evidence: book/measurements/critic.md."""
     value_lr: float = 0.0
-    """Learning rate of the value head in its own optimizer parameter group (0 = ppo.lr, one group for all).
-    The head is a freshly initialised linear layer on a pretrained trunk: it can take far larger steps than
-    the trunk, and with ppo.lr alone (1e-6 for a real model) it cannot follow the returns as the policy moves.
-    The presets set 10x ppo.lr, the best ratio measured on the cpu preset (benchmarks/critic.py). Ignored without
-    a critic (algo.adv_estimator other than gae builds no value head: one group at ppo.lr)."""
+    """Learning rate of the critic (value head, and a separate critic's trunk) in its own optimizer group
+    (0 = ppo.lr), as TRL, OpenRLHF and veRL give the critic its own rate. Evidence: book/measurements/critic.md."""
     separate_critic: bool = False
-    """Give the critic a transformer of its own instead of a head on the policy's: a copy of the starting
-    policy's trunk with the value head on top, trained only by the value loss (at ppo.value_lr if set), with
-    its gradient norm clipped apart from the policy's. This is PPO's usual value model (TRL's value_model,
-    OpenRLHF's and veRL's critic). It costs a second trunk: its weights, gradients and optimizer state, and
-    a forward and backward per minibatch. A head on the shared trunk can read only what the policy computes
-    for its next token; a trunk of its own can learn what decides the score. The cpu preset sets it
-    (benchmarks/critic.py: last-10-step explained variance +0.20/+0.27/+0.51 on seeds 0-2, against
-    -0.02/-0.02/+0.01 for the head on the shared trunk, at a similar accuracy gain and about 1.7x the time);
-    the cuda preset does not (unmeasured on a GPU, and a second 0.5B trunk with its gradients and optimizer state
-    is several GiB). Not with LoRA (model.lora.r > 0): set it false there."""
-    critic_reads_policy: bool = False
-    """Let the critic read the policy's own confidence along the response, not only the tokens: at each response
-    state, the probability the policy gave the last token and the least likely token so far, their log-probabilities,
-    and the policy's top probability and entropy for the next token (model.policy_features), through a small MLP
-    whose output is added to the value head's (model.ActorWithValueHead.read_policy; it starts at 0). None of them
-    depends on the token drawn at that state, so V stays a valid baseline. A sampled wrong digit is usually a token
-    the policy gave little probability to; a trunk that starts as a copy of the starting policy cannot see that the
-    trained policy thought so, and this critic can. The features come from the rollout's scoring forward (free)
-    and stay fixed during the update. The cpu preset sets it on top of separate_critic (benchmarks/critic.py,
-    last-10-step explained variance +0.33/+0.40/+0.38 on seeds 0-2, against +0.20/+0.27/+0.51 without it; accuracy
-    gain +71.0/+65.8/+56.6 against +71.4/+62.4/+49.4 points, at about the same time); the cuda preset does not
-    (unmeasured on a GPU and on the long-answer task). Works with either critic (a separate trunk or the head on the
-    policy's) and with LoRA. Ignored without a critic (algo.adv_estimator other than gae)."""
+    """Give the critic a transformer of its own (a copy of the starting policy's trunk under the value head), as
+    TRL's value_model and OpenRLHF's and veRL's critic do; costs a second trunk. Not with LoRA.
+    Evidence: book/measurements/critic.md."""
     value_epochs: int = 0
-    """Passes of the critic over each rollout (0 = ppo.ppo_epochs). More than ppo.ppo_epochs adds critic-only passes
-    (update.value_update, the value warm-up's update) after the policy's: the critic fits each batch's returns
-    better without the policy using its data more off-policy. Logged as value/extra_loss."""
+    """Passes of the critic over each rollout (0 = ppo.ppo_epochs); more adds critic-only passes after the
+    policy's (veRL's critic.ppo_epochs). Evidence: book/measurements/critic.md."""
     value_warmup_steps: int = 0
-    """Steps at the start of the run that fit only the value head, on rollouts of the frozen starting policy
-    (VC-PPO's value pretraining): the policy and the KL controller do not move. Counted in addition to
-    train.steps; they take the first prompt batches and are logged as steps 1..N (with value/warmup = 1).
-    Off in both presets: 5 warm-up steps did not raise the cpu run's explained variance, and 10 gave the long-answer
-    task's first token no credit (benchmarks/critic.py). Needs a critic: config.validate refuses it > 0 with
-    algo.adv_estimator other than gae."""
+    """Steps at the start that fit only the critic on the frozen starting policy's rollouts (veRL's critic_warmup,
+    VC-PPO's value pretraining), added to train.steps and logged with value/warmup = 1.
+    Evidence: book/measurements/critic.md."""
     kl_coef: float = 0.02
     """Weight of the per-token KL penalty in the reward (initial value if adaptive)."""
     kl_estimator: str = "k1"
@@ -283,7 +257,7 @@ class TrainConfig:
     ratio_tol: float = 1e-4
     """Tolerance of that check."""
     fast_paths: bool = True
-    """Speed paths with the same numbers up to float rounding (run/fastpaths.py): scoring reuses generate's
+    """Speed paths with the same numbers up to float rounding (fastpaths.py): scoring reuses generate's
     prompt cache, a large float32 training forward runs the prompt apart. false: only the plain forwards."""
     num_threads: int = 0
     """torch CPU threads (0 = torch's default)."""
@@ -320,6 +294,11 @@ class Config:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+
+
+def uses_critic(cfg: Config) -> bool:
+    """Whether the run learns a value function: only GAE (PPO) needs one (``algo.adv_estimator``, chapter 07)."""
+    return cfg.algo.adv_estimator == "gae"
 
 
 class ConfigError(ValueError):
@@ -378,12 +357,12 @@ def _did_you_mean(key: str, valid: list[str]) -> str:
     return "; did you mean " + " or ".join(map(repr, close)) + "?" if close else ""
 
 
-def _preset_path(preset: str) -> Path:
-    if preset in PRESETS:
+def _preset_path(preset: str, presets: tuple = PRESETS) -> Path:
+    if preset in presets:
         return Path(str(resources.files("ppo_core.run") / "configs" / f"{preset}.yaml"))
     path = Path(preset).expanduser()
     if not path.is_file():
-        raise ConfigError(f"no preset or file {preset!r}: use one of {', '.join(PRESETS)} or a path to a YAML file")
+        raise ConfigError(f"no preset or file {preset!r}: use one of {', '.join(presets)} or a path to a YAML file")
     return path
 
 
@@ -404,10 +383,13 @@ def _merge(base, other, what: str, override_key: str = ""):
         raise ConfigError(f"bad config in {what}: {str(e).splitlines()[0]}") from None
 
 
-def load_config(preset: str = "cpu", overrides: list[str] | tuple = ()) -> Config:
-    """Preset (name or YAML path) + dotted ``key=value`` overrides -> a validated ``Config``."""
-    cfg = OmegaConf.structured(Config)
-    path = _preset_path(preset)
+def load_config(preset: str = "cpu", overrides: list[str] | tuple = (), schema=None, presets=PRESETS, check=None):
+    """Preset (name or YAML path) + dotted ``key=value`` overrides -> a validated ``Config``.
+
+    The reward-model command loads its own ``schema`` (``run.rm.RMConfig``), ``presets`` and ``check`` the same way.
+    """
+    cfg = OmegaConf.structured(schema or Config)
+    path = _preset_path(preset, presets)
     try:
         preset_cfg = OmegaConf.load(path)
     except Exception as e:  # YAML syntax error and the like
@@ -422,7 +404,7 @@ def load_config(preset: str = "cpu", overrides: list[str] | tuple = ()) -> Confi
             raise ConfigError(f"cannot parse override {item!r}: {str(e).splitlines()[0]}") from None
         cfg = _merge(cfg, dotlist, f"override {item!r}", item.split("=", 1)[0].strip())
     config = OmegaConf.to_object(cfg)
-    validate(config)
+    (check or validate)(config)
     return config
 
 
@@ -438,12 +420,6 @@ def _one_of(value, choices, key: str) -> None:
 
 def validate(c: Config) -> None:
     """Ranges and consistency that types alone cannot express."""
-    # the choice lists live with the code that uses them; imported here, not at the top, so that loading a
-    # config (the CLI's first act) does not import torch before the CLI has set OMP_WAIT_POLICY
-    from ..kl import KL_ESTIMATORS
-    from ..tasks.data import PROMPT_STYLES
-    from .setup import DEVICES, DTYPES, OPTIMIZERS, TASKS
-
     p, r = c.ppo, c.rollout
     _check(c.reward.type in ("rule", "model"), f"reward.type must be rule or model, got {c.reward.type!r}")
     if c.reward.type == "model":
@@ -459,7 +435,6 @@ def validate(c: Config) -> None:
         p.lam_value is None or 0 <= p.lam_value <= 1,
         f"ppo.lam_value must be in [0, 1] (or null = ppo.lam), got {p.lam_value}",
     )
-    _check(p.lam_policy_alpha >= 0, f"ppo.lam_policy_alpha must be >= 0 (0 = off), got {p.lam_policy_alpha}")
     _check(p.value_lr >= 0, f"ppo.value_lr must be >= 0 (0 = ppo.lr), got {p.value_lr}")
     _check(
         p.value_epochs == 0 or p.value_epochs >= p.ppo_epochs,
@@ -517,11 +492,6 @@ def validate(c: Config) -> None:
 
 def _validate_algo(c: Config) -> None:
     """The chapter 07 switches: known names, and groups that fit the batch."""
-    from ..advantages import ADV_ESTIMATORS
-    from ..kl import KL_ESTIMATORS
-    from ..losses import LOSS_AGG_MODES
-    from .setup import uses_critic
-
     a, r = c.algo, c.rollout
     for key, value, allowed in (
         ("adv_estimator", a.adv_estimator, ADV_ESTIMATORS),

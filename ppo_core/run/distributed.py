@@ -45,7 +45,12 @@ import torch
 import torch.distributed as dist
 
 from ..losses import loss_units
-from ..trainer import PPOTrainer
+from ..rollout import Rollout
+from ..update import ppo_loss
+from . import resume
+from .config import ConfigError
+from .runner import RunTrainer
+from .setup import resolve_device
 
 __all__ = [
     "is_distributed",
@@ -126,11 +131,7 @@ def _distributed_update(minibatch_update, actor, optimizer, mb: dict, **kwargs) 
     r, n = rank(), world_size()
     local = {k: (v[r::n] if torch.is_tensor(v) else v) for k, v in mb.items()}
     local["units"] = loss_units(mb["mask"])  # every rank holds the whole minibatch: its counts are the global ones
-    loss_fn = kwargs.pop("loss_fn", None)
-    if loss_fn is None:
-        from ..update import ppo_loss
-
-        loss_fn = ppo_loss
+    loss_fn = kwargs.pop("loss_fn", None) or ppo_loss
     stats = minibatch_update(actor, optimizer, local, loss_fn=_rank_scaled(loss_fn), **kwargs)
     keys = sorted(k for k in stats if k not in ("train/grad_norm", "train/skipped", "policy/max_abs_log_ratio"))
     sums = _all_sum(torch.tensor([stats[k] for k in keys], dtype=torch.float64))  # shares of the global means
@@ -174,15 +175,12 @@ def _pad_rollout(ro, prompt_len: int, response_len: int, pad_id: int):
         "logprobs": resp(ro.logprobs, 0.0),
         "values": resp(ro.values, 0.0) if ro.values is not None else None,  # None: no critic (chapter 07)
         "ref_logprobs": resp(ro.ref_logprobs, 0.0),
-        "policy_features": resp(ro.policy_features, 0.0) if ro.policy_features is not None else None,
         "scores": ro.scores,
     }
 
 
 def gather_rollout(ro, pad_id: int):
     """Every rank's scored rollout, concatenated in rank order, on every rank."""
-    from ..rollout import Rollout
-
     sizes = [None] * world_size()
     dist.all_gather_object(sizes, (ro.prompt_len, ro.response_ids.shape[1], ro.completions))
     P, T = max(s[0] for s in sizes), max(s[1] for s in sizes)
@@ -202,8 +200,6 @@ def gather_rollout(ro, pad_id: int):
 
 def check_world(cfg, n: int) -> None:
     """Refuse (ConfigError, one line) a batch that N ranks cannot share in whole groups of rollout.group_size."""
-    from .config import ConfigError
-
     B, G = cfg.rollout.batch_size, cfg.rollout.group_size
     if cfg.algo.dynamic_sampling and n > 1:  # each rank would refill its own slice: the ranks' batches would differ
         raise ConfigError(f"algo.dynamic_sampling runs in one process only: set it false for {n} ranks")
@@ -212,13 +208,10 @@ def check_world(cfg, n: int) -> None:
         raise ConfigError(f"rollout.batch_size={B} must be a multiple of {what}: set it to a multiple of {n * G}")
 
 
-class DistributedPPOTrainer(PPOTrainer):
-    """``PPOTrainer`` for one of N ranks (see the module doc). Build it inside the process group."""
+class DistributedPPOTrainer(RunTrainer):
+    """``RunTrainer`` for one of N ranks (see the module doc). Build it inside the process group."""
 
     def __init__(self, cfg):
-        from . import resume
-        from .config import ConfigError
-
         init(_device(cfg))
         r, n = rank(), world_size()
         check_world(cfg, n)
@@ -226,7 +219,7 @@ class DistributedPPOTrainer(PPOTrainer):
         if r > 0:  # logs in a private folder; resume from rank 0's checkpoint
             try:
                 main_resume = resume.resume_path(cfg)
-            except ConfigError as err:  # rank 0 refuses the same way in PPOTrainer.__init__
+            except ConfigError as err:  # rank 0 refuses the same way in RunTrainer.__init__
                 refused = err
             else:
                 cfg.train.output_dir = str(Path(cfg.train.output_dir) / f".rank{r}")
@@ -255,7 +248,9 @@ class DistributedPPOTrainer(PPOTrainer):
         seed = (self.cfg.train.seed * 1_000_003 + (self.step_count + 1) * 1_009 + rank()) % 2**63
         torch.manual_seed(seed)  # this rank's sampling stream: a pure function of (seed, step, rank)
         local = records[rank() * b // n : (rank() + 1) * b // n]
-        return gather_rollout(super().collect(local), self.tokenizer.pad_token_id)
+        ro = gather_rollout(super().collect(local), self.tokenizer.pad_token_id)
+        self.batch = (records, ro)  # the whole batch, for the logs
+        return ro
 
 
 def weights_digest(actor) -> str:
@@ -268,6 +263,4 @@ def weights_digest(actor) -> str:
 
 
 def _device(cfg):
-    from .setup import resolve_device
-
     return resolve_device(cfg.model.device)

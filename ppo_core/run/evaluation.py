@@ -8,6 +8,7 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ..precision import DTYPES
 from ..rollout import complete
 from ..tasks import rewards
 from ..tasks.data import build_prompt
@@ -15,7 +16,6 @@ from ..tasks.rewards import is_correct
 from .config import ConfigError, load_config
 from .lora import is_lora_checkpoint, load_merged
 from .manifest import damage
-from .precision import DTYPES
 from .setup import fit_prompt_len, load_task, resolve_device
 
 __all__ = ["accuracy", "evaluate_checkpoint"]

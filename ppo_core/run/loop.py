@@ -4,7 +4,7 @@
 keeps the critic's health in one number, the mean explained variance of the last 10 PPO steps.
 
 SIGINT (Ctrl-C) and SIGTERM finish the step in flight, save ``step_N`` and return; a second one
-stops at once (``checkpoint.StopOnSignal``). ``PPOTrainer.train()`` calls ``train(trainer)``.
+stops at once (``checkpoint.StopOnSignal``). ``RunTrainer.train()`` calls ``train(trainer)``.
 """
 
 import json
@@ -105,23 +105,24 @@ def _interrupted(trainer, signum: int) -> dict:
     }
 
 
-def record_step(trainer, records: list[dict], ro, metrics: dict) -> dict:
+def record_step(trainer, metrics: dict) -> dict:
     """The run's side of a finished step: rollout metrics, the logs, the guards. Returns all metrics.
 
     The metrics line is flushed at once (a crash loses at most the next step), and logged before the
     guards run, so a step that stops the run is still on disk for diagnosis.
     """
-    n, tok = trainer.step_count, trainer.tokenizer
+    n, tok, (records, ro) = trainer.step_count, trainer.tokenizer, trainer.batch
+    for where, stats in trainer.last_step.skipped:  # each skipped update warns, naming the culprit
+        trainer.skips.skipped(stats, where)
     stops = torch.tensor(stop_token_ids(trainer.actor.lm, tok), device=ro.response_ids.device)
     eos = (torch.isin(ro.response_ids, stops) & ro.mask).any(1)  # ended on any of the model's EOS ids
     metrics = {
-        "rollout/reward_mean": ro.scores.mean().item(),
+        "rollout/reward_mean": metrics.pop("rollout/reward_mean"),
         "rollout/correct_rate": accuracy(ro.completions, records, trainer.correct_fn),
         **trainer.reward_model_metrics(records, ro.completions),  # learned reward: rule and gold beside it
-        "rollout/response_length": ro.mask.sum(1).float().mean().item(),
+        "rollout/response_length": metrics.pop("rollout/response_length"),
         "rollout/eos_rate": eos.float().mean().item(),
         **metrics,
-        **trainer.times,
     }
     if trainer.cfg.train.log_every and n % trainer.cfg.train.log_every == 0:
         questions = [r["question"] for r in records]

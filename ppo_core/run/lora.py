@@ -6,7 +6,7 @@ and the value head are trained; the base weights are frozen. The frozen referenc
 base model with the adapters switched off (``peft``'s ``disable_adapter()`` context), so a LoRA run
 holds one copy of the base weights instead of two.
 
-Precision (``run/precision.py``): the trained weights (adapters, value head) are float32 master
+Precision (``precision.py``): the trained weights (adapters, value head) are float32 master
 weights, and the forwards run under autocast at ``model.dtype``, as for full fine-tuning. The frozen
 base is never updated, so it is stored in ``model.dtype`` itself (bf16: 2 bytes per base parameter
 instead of the float32 policy + bf16 reference of full fine-tuning); the reference runs under the same
@@ -26,8 +26,9 @@ from pathlib import Path
 
 import torch
 
+from ..model import CRITIC_DIR, VALUE_HEAD_FILE
+from ..precision import autocast, load_weights_
 from ..utils import no_transformers_bars
-from .precision import autocast, load_weights_
 
 __all__ = ["apply_lora", "is_lora", "AdapterOffReference", "save_actor", "load_actor", "is_lora_checkpoint"]
 
@@ -94,8 +95,6 @@ def apply_lora(actor, lora_cfg, gradient_checkpointing: bool = False, base_dtype
     object.__setattr__(actor, "peft_model", peft_model)  # plain attribute: not a submodule, not in state_dict
     if actor.value_head is not None:  # chapter 07's critic-free methods have none
         actor.value_head.requires_grad_(True)  # trained in full
-    if getattr(actor, "policy_reader", None) is not None:
-        actor.policy_reader.requires_grad_(True)
     return actor, AdapterOffReference(peft_model, getattr(actor, "compute_dtype", None))
 
 
@@ -164,12 +163,8 @@ def save_actor(actor, path) -> None:
             actor.save_pretrained(path)
             return
         actor.peft_model.save_pretrained(path)  # adapter_model.safetensors + adapter_config.json (names the base)
-    from ..model import POLICY_READER_FILE, VALUE_HEAD_FILE
-
     if actor.value_head is not None:
         torch.save(actor.value_head.state_dict(), Path(path) / VALUE_HEAD_FILE)
-    if getattr(actor, "policy_reader", None) is not None:
-        torch.save(actor.policy_reader.state_dict(), Path(path) / POLICY_READER_FILE)
 
 
 def load_actor(actor, path) -> None:
@@ -195,8 +190,6 @@ def load_actor(actor, path) -> None:
 
 def _load_critic_trunk(actor, path: Path) -> None:
     """A separate critic's trunk (ppo.separate_critic) from ``critic/``; refuse a checkpoint of the other kind."""
-    from ..model import CRITIC_DIR
-
     has_trunk = getattr(actor, "critic_trunk", None) is not None
     saved = (path / CRITIC_DIR).is_dir()
     if has_trunk and not saved:
@@ -208,21 +201,10 @@ def _load_critic_trunk(actor, path: Path) -> None:
 
 
 def _load_value_head(actor, path) -> None:
-    """The value head, and the policy reader (ppo.critic_reads_policy); refuse a checkpoint of the other kind."""
-    from ..model import POLICY_READER_FILE, VALUE_HEAD_FILE
-
-    if actor.value_head is not None:  # chapter 07's critic-free methods have none
+    """The value head, if the actor has one (chapter 07's critic-free methods have none)."""
+    if actor.value_head is not None:
         device = actor.value_head.weight.device
         actor.value_head.load_state_dict(torch.load(path / VALUE_HEAD_FILE, map_location=device, weights_only=True))
-        reader, saved = getattr(actor, "policy_reader", None), (path / POLICY_READER_FILE).is_file()
-        if reader is not None and not saved:
-            raise ValueError(f"{path} has no {POLICY_READER_FILE}: resume it with ppo.critic_reads_policy=false")
-        if saved and reader is None:
-            raise ValueError(
-                f"{path} holds a critic that reads the policy: resume it with ppo.critic_reads_policy=true"
-            )
-        if reader is not None:
-            reader.load_state_dict(torch.load(path / POLICY_READER_FILE, map_location=device, weights_only=True))
 
 
 def is_lora_checkpoint(path) -> bool:

@@ -10,9 +10,11 @@ import hashlib
 import json
 from pathlib import Path
 
-__all__ = ["MANIFEST", "write_manifest", "damage", "is_write_failure"]
+__all__ = ["MANIFEST", "STATE_FILE", "write_manifest", "damage", "is_write_failure"]
 
 MANIFEST = "manifest.json"
+STATE_FILE = "trainer_state.pt"
+"""The trainer state a checkpoint ends with (written last: its presence marks a complete checkpoint)."""
 CHUNK = 1 << 24  # 16 MiB reads: flat memory whatever the file's size
 
 
@@ -80,8 +82,6 @@ def _damage_by_loading(folder: Path) -> str | None:
     and the optimizer state must be there."""
     import torch
     from safetensors import safe_open
-
-    from .checkpoint import STATE_FILE
 
     weights = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
     if not any((folder / name).is_file() for name in weights):

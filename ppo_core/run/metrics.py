@@ -6,10 +6,18 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from ..masking import masked_var
+from ..gae import explained_variance
 from ..utils import write_text_atomically
 
-__all__ = ["MetricsLogger", "plot_dashboard", "read_metrics", "explained_variance", "last_mean", "DASHBOARD_KEYS"]
+__all__ = [
+    "MetricsLogger",
+    "plot_dashboard",
+    "read_metrics",
+    "explained_variance",
+    "last_mean",
+    "ev_by_success",
+    "DASHBOARD_KEYS",
+]
 
 DASHBOARD_KEYS = (
     "rollout/reward_mean",
@@ -129,14 +137,30 @@ def plot_dashboard(records: list[dict], path=None, keys=DASHBOARD_KEYS):
     return fig
 
 
-def explained_variance(values, returns, mask) -> float:
-    """1 - Var[R - V] / Var[R] over response tokens: 1 = perfect critic, 0 = no better than a constant."""
-    var_r = masked_var(returns, mask).item()
-    return float("nan") if var_r == 0 else 1.0 - masked_var(returns - values, mask).item() / var_r
-
-
 def last_mean(records: list[dict], key: str, n: int = 10) -> float:
     """Mean of ``key`` over the last ``n`` PPO steps of a metrics log (value warm-up steps and NaN left out); NaN
     if the log has none."""
     vals = [r[key] for r in records if key in r and not r.get("value/warmup") and math.isfinite(r[key])]
     return sum(vals[-n:]) / len(vals[-n:]) if vals else float("nan")
+
+
+BANDS = (0.0, 0.5, 0.8, 0.9, 1.01)
+"""Bands of a step's sampled success rate (rollout/correct_rate) for ``ev_by_success``."""
+
+
+def ev_by_success(rows: list[dict]) -> list[tuple[str, int, float]]:
+    """Mean explained variance of the steps whose sampled success rate falls in each band, pooled over runs
+    (each a dict of ``ev_curve`` and ``correct_curve``): (band, number of steps, mean EV). Near the end of a run
+    that almost solves the task the returns' variance is a few failures, and a critic's EV falls with it."""
+    pairs = [(c, e) for r in rows for c, e in zip(r.get("correct_curve", []), r["ev_curve"], strict=True)]
+    out = []
+    for lo, hi in zip(BANDS, BANDS[1:]):
+        evs = [e for c, e in pairs if lo <= c < hi]
+        out.append(
+            (
+                f"[{lo:.1f}, {min(hi, 1.0):.1f}{']' if hi > 1 else ')'}",
+                len(evs),
+                sum(evs) / len(evs) if evs else float("nan"),
+            )
+        )
+    return out

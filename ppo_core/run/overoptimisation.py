@@ -10,6 +10,11 @@ for). The chapter and ``benchmarks/overoptimisation.py`` both call it.
 
 import math
 
+from ..tasks.preferences import gold_reward
+from ..tasks.warmstart import generate_completions
+from .config import load_config
+from .runner import build_trainer
+
 __all__ = ["ppo_against_reward_model", "CURVE_KEYS"]
 
 CURVE_KEYS = ("step", "sqrt_kl", "proxy", "gold", "rule", "length")
@@ -29,15 +34,11 @@ def ppo_against_reward_model(rm_path: str, kl_coef: float, steps: int, output_di
         output_dir: the run folder (overwritten).
         overrides: more dotted ``key=value`` settings for the ``cpu`` preset (batch size, lr, ...).
     """
-    from .config import load_config
-
     cfg = load_config("cpu", ["reward.type=model", f"reward.path={rm_path}", f"ppo.kl_coef={kl_coef}",
                               f"train.steps={steps}", f"train.output_dir={output_dir}", "train.overwrite=true",
                               "train.save_every=0", "train.log_every=0", "train.tensorboard=false",
                               "train.progress=false", *overrides])  # fmt: skip
-    from ..trainer import PPOTrainer
-
-    trainer = PPOTrainer(cfg)
+    trainer = build_trainer(cfg)
     curve = []
     for _ in range(steps):
         m = trainer.step()
@@ -51,9 +52,6 @@ def ppo_against_reward_model(rm_path: str, kl_coef: float, steps: int, output_di
 
 def _samples(trainer, n: int) -> list[dict]:
     """The trained policy's answers to ``n`` held-out problems, with the proxy and gold rewards of each."""
-    from ..tasks.preferences import gold_reward
-    from ..tasks.warmstart import generate_completions
-
     records = trainer.test_records[:n]
     texts = generate_completions(trainer.actor.lm, trainer.tokenizer, records, seed=trainer.cfg.train.seed,
                                  max_new_tokens=trainer.cfg.rollout.max_new_tokens)  # fmt: skip

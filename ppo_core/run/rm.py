@@ -19,12 +19,22 @@ import random
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 
-from omegaconf import OmegaConf
+import torch
+from tqdm.auto import tqdm
+from transformers import AutoModelForSequenceClassification
 
-from .config import ConfigError, WarmStartConfig, _merge
+from ..reward_model import RewardModel, evaluate_pairs, pair_loss
+from ..tasks.data import build_prompt
+from ..tasks.preferences import load_pairs, make_preference_pairs
+from ..tasks.synthetic import make_synthetic_task
+from ..tasks.tiny import build_tiny_model, load_tiny
+from ..tasks.warmstart import generate_completions, warm_start_from
+from ..utils import no_transformers_bars
+from .checkpoint import STATE_FILE, clear_run, recover_interrupted_saves, write_atomically
+from .config import ConfigError, WarmStartConfig, load_config
+from .resume import resume_path
 
 __all__ = [
     "RMConfig",
@@ -105,24 +115,12 @@ class RMConfig:
 
 
 def load_rm_config(preset: str = "rm_cpu", overrides=()) -> RMConfig:
-    """Preset (name or YAML path) + dotted ``key=value`` overrides -> a validated ``RMConfig``."""
-    path = (
-        Path(str(resources.files("ppo_core.run") / "configs" / f"{preset}.yaml"))
-        if preset in RM_PRESETS
-        else Path(preset)
-    )
-    if not path.is_file():
-        raise ConfigError(f"no preset or file {preset!r}: use {', '.join(RM_PRESETS)} or a path to a YAML file")
-    try:
-        loaded = OmegaConf.load(path)
-    except Exception as e:
-        raise ConfigError(f"cannot read {path}: {str(e).splitlines()[0]}") from None
-    cfg = _merge(OmegaConf.structured(RMConfig), loaded, str(path))
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} is not key=value (e.g. train.lr=1e-4)")
-        cfg = _merge(cfg, OmegaConf.from_dotlist([item]), f"override {item!r}", item.split("=", 1)[0].strip())
-    c = OmegaConf.to_object(cfg)
+    """Preset (name or YAML path) + dotted ``key=value`` overrides -> a validated ``RMConfig`` (``load_config``)."""
+    return load_config(preset, overrides, schema=RMConfig, presets=RM_PRESETS, check=validate_rm)
+
+
+def validate_rm(c: RMConfig) -> None:
+    """Ranges that types alone cannot express."""
     t, d = c.train, c.data
     for ok, msg in [
         (t.steps >= 1, f"train.steps must be >= 1, got {t.steps}"),
@@ -135,7 +133,6 @@ def load_rm_config(preset: str = "rm_cpu", overrides=()) -> RMConfig:
     ]:
         if not ok:
             raise ConfigError(msg)
-    return c
 
 
 def fit_reward_model(
@@ -155,16 +152,11 @@ def fit_reward_model(
     The batches of step ``n`` depend only on ``seed`` and ``n``, so a resumed run sees the same data.
     ``on_step(n, stats)`` runs after each step (checkpoints, logs).
     """
-    import torch
-
-    from ..reward_model import pair_loss
 
     optimizer = optimizer or torch.optim.AdamW(rm.parameters(), lr=lr)
     rm.train()
     history, steps_iter = [], range(start_step + 1, steps + 1)
     if progress:
-        from tqdm.auto import tqdm
-
         steps_iter = tqdm(steps_iter, desc="reward model", leave=False)
     for n in steps_iter:
         batch = random.Random(seed * 100_003 + n).sample(pairs, min(batch_size, len(pairs)))
@@ -183,8 +175,6 @@ def fit_reward_model(
 
 def _pairs(cfg: RMConfig, warm_path):
     """(train pairs, held-out pairs, normalisation texts); every data error is a ConfigError."""
-    from ..tasks.preferences import load_pairs
-
     d = cfg.data
     if d.source != "synthetic":
         try:
@@ -201,12 +191,6 @@ def _pairs(cfg: RMConfig, warm_path):
             pairs, held = pairs[:-k], pairs[-k:]
         texts = [p["prompt"] + p[s] for p in pairs for s in ("chosen", "rejected")][: cfg.train.normalize_samples]
         return pairs[: d.n_pairs], held[: d.eval_pairs], texts
-    from ..tasks.data import build_prompt
-    from ..tasks.preferences import make_preference_pairs
-    from ..tasks.synthetic import make_synthetic_task
-    from ..tasks.tiny import load_tiny
-    from ..tasks.warmstart import generate_completions
-
     policy, tokenizer = load_tiny(warm_path)
     train, test = make_synthetic_task(cfg.train.seed, n_train=max(d.n_pairs, 1000))
     kw = dict(beta=d.beta, length_coef=d.length_coef, perturb=d.perturb, max_new_tokens=d.max_new_tokens)
@@ -221,15 +205,10 @@ def _pairs(cfg: RMConfig, warm_path):
 
 def warm_start_path(cfg: RMConfig) -> Path:
     """The warm-started tiny policy (cached; the same settings as the PPO CLI's default run share one folder)."""
-    from ..tasks.warmstart import warm_start_from
-
     return warm_start_from(cfg.warmstart, seed=cfg.train.seed, progress=cfg.train.progress)
 
 
 def _build_rm(cfg: RMConfig, warm_path, init_state=None):
-    import torch
-
-    from ..reward_model import RewardModel
 
     if init_state is not None:
         return RewardModel.from_pretrained(init_state)
@@ -243,9 +222,6 @@ def _build_rm(cfg: RMConfig, warm_path, init_state=None):
         return RewardModel.from_lm(Path(cfg.model.init).expanduser())
     if cfg.model.hidden_size <= 0:
         return RewardModel.from_lm(warm_path)
-    from transformers import AutoModelForSequenceClassification
-
-    from ..tasks.tiny import build_tiny_model, load_tiny
 
     _, tokenizer = load_tiny(warm_path)
     heads = max(1, cfg.model.hidden_size // 32)
@@ -264,16 +240,10 @@ def _build_rm(cfg: RMConfig, warm_path, init_state=None):
 
 def _resume_path(cfg: RMConfig) -> Path | None:
     """The checkpoint to resume from, or None; the PPO CLI's rules (``run.resume.resume_path``)."""
-    from .resume import resume_path
-
     return resume_path(cfg)
 
 
 def _save(out: Path, name: str, rm, optimizer, step: int, cfg: RMConfig, extra: dict | None = None) -> Path:
-    import torch
-
-    from ..utils import no_transformers_bars
-    from .checkpoint import STATE_FILE, write_atomically
 
     def write(tmp: Path) -> None:
         with no_transformers_bars():  # they would break the run's own bar at every checkpoint
@@ -305,10 +275,6 @@ def gold_order_agreement(rm, pairs: list[dict]) -> dict:
 
 def train_rm(cfg: RMConfig) -> dict:
     """Run the whole CLI job; returns the summary written to ``output_dir/summary.json``."""
-    import torch
-
-    from ..reward_model import evaluate_pairs
-    from .checkpoint import clear_run, recover_interrupted_saves
 
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)

@@ -17,16 +17,18 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..kl import AdaptiveKLController, FixedKLController
 from ..model import ActorWithValueHead, make_reference
+from ..precision import DTYPES
+from ..reward_model import RewardModel
 from ..tasks.data import load_gsm8k
 from ..tasks.long_synthetic import make_long_task, warm_start_long
 from ..tasks.rewards import gsm8k_reward, is_correct
 from ..tasks.synthetic import make_synthetic_task
 from ..tasks.warmstart import warm_start, warm_start_from
-from ..update import policy_and_critic, ppo_loss
+from ..update import policy_and_critic
 from ..utils import hub_offline, hub_unreachable
-from .config import Config, ConfigError
+from .config import DEVICES, OPTIMIZERS, TASKS, Config, ConfigError, uses_critic
+from .lora import apply_lora
 from .manifest import MANIFEST, damage
-from .precision import DTYPES
 
 __all__ = [
     "resolve_device",
@@ -45,11 +47,6 @@ __all__ = [
     "seed_everything",
     "build_kl_controller",
 ]
-
-DEVICES = ("auto", "cpu", "cuda")
-TASKS = ("synthetic", "long_synthetic", "gsm8k")
-OPTIMIZERS = ("adamw", "adamw8bit")
-"""The choices of model.device, data.task and ppo.optimizer (``config.validate`` checks against them)."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -117,7 +114,7 @@ def _hub_error(path: str, err: Exception) -> ConfigError:
 def load_models(cfg: Config, device: torch.device):
     """(actor with value head, frozen reference LM, tokenizer, path of the initial policy).
 
-    Mixed precision the standard way (``run.precision``): the actor's weights are loaded in float32
+    Mixed precision the standard way (``precision``): the actor's weights are loaded in float32
     whatever ``model.dtype`` says, and ``model.dtype`` is the *compute* dtype its forward passes run in
     (autocast); the frozen reference, which is never updated, is stored in ``model.dtype``. With LoRA
     (``model.lora.r > 0``) the base is frozen too, so it is loaded in ``model.dtype`` (``run.lora``).
@@ -143,20 +140,12 @@ def load_models(cfg: Config, device: torch.device):
         compute_dtype=DTYPES[m.dtype],
         with_value_head=critic,
         separate_critic=separate,
-        critic_reads_policy=critic and cfg.ppo.critic_reads_policy,
     )
     actor = actor.to(device)
     if m.lora.r > 0:  # LoRA (run/lora.py): frozen base in model.dtype, the reference is it with the adapters off
-        from .lora import apply_lora
-
         return (*apply_lora(actor, m.lora, m.gradient_checkpointing, base_dtype=DTYPES[m.dtype]), tokenizer, path)
     ref = make_reference(actor).to(device=device, dtype=DTYPES[m.dtype])
     return actor, ref, tokenizer, path
-
-
-def uses_critic(cfg: Config) -> bool:
-    """Whether the run learns a value function: only GAE (PPO) needs one (``algo.adv_estimator``, chapter 07)."""
-    return cfg.algo.adv_estimator == "gae"
 
 
 def model_context(lm) -> int | None:
@@ -240,8 +229,6 @@ def load_reward_model(cfg: Config, device: torch.device):
     """The frozen reward model of ``reward.type=model`` (eval mode, no gradients, on ``device``); None: the rule."""
     if cfg.reward.type != "model":
         return None
-    from ..reward_model import RewardModel
-
     path = Path(cfg.reward.path).expanduser()
     why = damage(path) if (path / MANIFEST).is_file() else None  # a checkpoint of train_rm (run/manifest.py)
     if why is not None:
@@ -267,41 +254,3 @@ def build_kl_controller(ppo):
     if ppo.adaptive_kl:
         return AdaptiveKLController(ppo.kl_coef, ppo.kl_target, ppo.kl_horizon)
     return FixedKLController(ppo.kl_coef)
-
-
-def update_hparams(cfg) -> dict:
-    """The keyword arguments of ``update.minibatch_update`` that come from the config."""
-    p = cfg.ppo
-    return dict(
-        clip_eps=p.clip_eps,
-        vf_clip_eps=p.vf_clip_eps,
-        vf_coef=p.vf_coef,
-        ent_coef=p.ent_coef,
-        temperature=cfg.rollout.temperature,
-        grad_accum_steps=p.grad_accum_steps,
-        max_grad_norm=p.max_grad_norm,
-        **algo_loss(cfg),
-    )
-
-
-def algo_loss(cfg) -> dict:
-    """``{"loss_fn": ...}`` when chapter 07's or 08's switches change the loss (the KL in it, another averaging,
-    another objective), else ``{}``: PPO's default loss, so a learner's own ``minibatch_update`` (chapter 05)
-    needs no new argument."""
-    a, p = cfg.algo, cfg.ppo
-    switches = {"clip_eps_low": p.clip_eps_low, "clip_eps_high": p.clip_eps_high, "dual_clip_c": p.dual_clip_c}
-    switches = {k: v for k, v in switches.items() if v is not None}  # chapter 08's, where set
-    if a.policy_loss == "sapo":
-        switches.update(tau_pos=a.sapo_tau_pos, tau_neg=a.sapo_tau_neg)
-    if not a.use_kl_loss and a.loss_agg_mode == "token-mean" and a.policy_loss == "vanilla" and not switches:
-        return {}
-    loss_fn = functools.partial(
-        ppo_loss,
-        loss_agg_mode=a.loss_agg_mode,
-        kl_loss_coef=a.kl_loss_coef if a.use_kl_loss else 0.0,
-        kl_loss_type=a.kl_loss_type,
-        loss_norm_len=cfg.rollout.max_new_tokens,  # Dr. GRPO's constant: the response limit, not this batch's T
-        policy_loss=a.policy_loss,
-        policy_kwargs=switches,
-    )
-    return {"loss_fn": loss_fn}

@@ -148,7 +148,8 @@ def save_tiny(model, tokenizer, path) -> Path:
     return path
 
 
-def load_tiny(path) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
-    """``(model, tokenizer)`` from a folder written by ``save_tiny``; the model in ``eval()`` mode."""
-    model = AutoModelForCausalLM.from_pretrained(path)
+def load_tiny(path, dtype: torch.dtype | None = None) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
+    """``(model, tokenizer)`` from a folder written by ``save_tiny``; the model in ``eval()`` mode, in ``dtype``
+    if given (else as saved)."""
+    model = AutoModelForCausalLM.from_pretrained(path, **({"dtype": dtype} if dtype is not None else {}))
     return model.eval(), AutoTokenizer.from_pretrained(path)

@@ -56,14 +56,14 @@ BUGS = [
     ("g: gradient accumulation: each micro-batch divided by its own token count", "ppo_core/update.py", [
         ('part["units"] = units', 'part.pop("units", None)')]),
     ("h: critic targets computed with the policy's lambda (ppo.lam_value ignored)", "ppo_core/trainer.py", [
-        ("_, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, lam_value)",
-         "_, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, lam_policy)")]),
+        ("_, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam_value)",
+         "_, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam)")]),
     ("i: the value head's group at ppo.lr (ppo.value_lr ignored)", "ppo_core/run/setup.py", [
         ('"lr": ppo.value_lr}', '"lr": ppo.lr}')]),
     ("j: a value warm-up step updates the KL controller", "ppo_core/trainer.py", [
         ("if not warmup:  # the policy did not move", "if True:  # the policy did not move")]),
     ("k: a value warm-up step also updates the policy", "ppo_core/trainer.py", [
-        ("self.value_warmup(ro, returns) if warmup else", "self.update(ro, advantages, returns) if warmup else")]),
+        ("self.value_step if warmup else self.policy_step", "self.policy_step if warmup else self.policy_step")]),
 ]  # fmt: skip
 
 

@@ -30,10 +30,10 @@ first minibatch holds on both); measured speed-ups are in ``benchmarks/README.md
 import torch
 from transformers import DynamicCache
 
-from ..logprobs import logprobs_from_logits
-from ..model import lm_logits, policy_features, position_ids_from_mask
-from ..rollout import _cat_values
+from .logprobs import logprobs_from_logits
+from .model import lm_logits, position_ids_from_mask
 from .precision import autocast, compute_dtype
+from .rollout import _cat_values
 
 __all__ = ["PromptCache", "split_prefix_logits", "enable", "SPLIT_MIN_PREFIX_TOKENS"]
 
@@ -59,17 +59,16 @@ class PromptCache:
         self.lm = lm
         self.chunks.append((start, out.past_key_values))
 
-    def actor_scores(self, actor, ro, temperature: float, features: bool = False) -> tuple | None:
-        """Old logprobs and values (B, T), and with ``features`` the (B, T, 6) ``model.policy_features`` (else
-        None), from the caches; or None if they cannot serve ``actor`` (another model sampled, a chunk kept no
-        cache). Frees the caches either way. The values are the trunk's and head's (``ActorWithValueHead.forward``)."""
+    def actor_scores(self, actor, ro, temperature: float) -> tuple | None:
+        """Old logprobs and values (B, T) from the caches, as ``ActorWithValueHead.forward`` gives them; or None
+        if they cannot serve ``actor`` (another model sampled, a chunk kept no cache). Frees the caches."""
         chunks, usable = self.chunks, self.complete and bool(self.chunks) and self.lm is actor.lm
         self.chunks, self.lm = [], None
         if not usable:
             return None
         keep = ro.keep  # [P-1 : P+T-1]: the positions this forward runs on
         bounds = [start for start, _ in chunks[1:]] + [ro.input_ids.shape[0]]
-        logprobs, values, feats = [], [], []
+        logprobs, values = [], []
         for (start, cache), end in zip(chunks, bounds):
             cache.crop(-(cache.get_seq_length() - keep.start))  # keep positions 0..P-2: the prompt but its last token
             ids = ro.input_ids[start:end, keep]  # (b, T): p_P-1, r0 .. r_T-2
@@ -84,9 +83,7 @@ class PromptCache:
                 v = actor.critic_values(ro.input_ids[start:end], rows, position_ids_from_mask(rows), keep)  # (b, T)
             logprobs.append(logprobs_from_logits(logits, ro.response_ids[start:end], temperature))
             values.append(v)
-            if features:
-                feats.append(policy_features(logits, logprobs[-1], ro.mask[start:end], temperature))
-        return torch.cat(logprobs), _cat_values(values), torch.cat(feats) if features else None
+        return torch.cat(logprobs), _cat_values(values)
 
 
 def _split_prefix(lm, prefix_tokens: int) -> bool:

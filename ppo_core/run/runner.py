@@ -1,0 +1,128 @@
+"""The trainer of a real run: ``PPOTrainer`` built from a config, with a run folder around its step.
+
+``build_trainer(cfg)`` builds the parts (``setup``: task, models, optimizer, KL controller, score function)
+and hands them to ``ppo_core.trainer.PPOTrainer``; the ``RunTrainer`` it returns adds what a run needs
+around the algorithm: resume (``resume``), NaN guards (``guards``), logs (``metrics``), held-out evaluation
+(``evaluation``) and the whole run with its checkpoints and signals (``loop.train``).
+"""
+
+from pathlib import Path
+
+import torch
+
+from .. import fastpaths
+from ..tasks.data import build_prompt
+from ..tasks.preferences import gold_reward
+from ..trainer import PPOTrainer
+from . import guards, loop, resume
+from .checkpoint import recover_interrupted_saves
+from .config import Config
+from .evaluation import accuracy
+from .setup import (
+    build_kl_controller,
+    build_optimizer,
+    fit_prompt_len,
+    load_models,
+    load_reward_model,
+    load_task,
+    resolve_device,
+    seed_everything,
+)
+
+__all__ = ["RunTrainer", "build_trainer"]
+
+
+class RunTrainer(PPOTrainer):
+    """``PPOTrainer`` on the task of ``cfg``, writing to ``train.output_dir``. Building it resumes from a
+    checkpoint when ``train.resume`` says so; ``train()`` runs the whole configured run (``loop.train``)."""
+
+    def __init__(self, cfg: Config):
+        if cfg.train.num_threads > 0:
+            torch.set_num_threads(cfg.train.num_threads)
+        seed_everything(cfg.train.seed)
+        self.device = resolve_device(cfg.model.device)
+        self.out = Path(cfg.train.output_dir)
+        recover_interrupted_saves(self.out)
+        self.resumed_from = resume.resume_path(cfg)  # every check that can refuse the run comes first
+        train_records, self.test_records, self.reward_fn, self.correct_fn = load_task(cfg)
+        self.reward_model = load_reward_model(cfg, self.device)  # reward.type=model (chapter 06); None: the rule
+        actor, ref, tokenizer, self.init_path = load_models(cfg, self.device)
+        fit_prompt_len(cfg, actor.lm)
+        if cfg.train.fast_paths:  # same numbers up to float rounding, less work (fastpaths.py)
+            fastpaths.enable(actor)
+        optimizer, kl_ctl = build_optimizer(actor, cfg.ppo), build_kl_controller(cfg.ppo)
+        super().__init__(
+            cfg, actor, ref, tokenizer, optimizer, kl_ctl, train_records, self.render, self.sequence_scores
+        )
+        self.skips = guards.SkippedUpdates(cfg.train.max_skipped_steps)
+        self.batch = None  # the last step's (records, rollout), for its logs
+        self.logger = resume.open_run(self, self.resumed_from)
+
+    def render(self, records: list[dict]) -> list[str]:
+        """The prompt of each record, in the run's ``data.prompt_style``."""
+        return [build_prompt(r["question"], self.tokenizer, self.cfg.data.prompt_style) for r in records]
+
+    def sequence_scores(self, records: list[dict], completions: list[str]) -> torch.Tensor:
+        """The score of each response, (B,): the task's rule, or the frozen reward model on prompt + response.
+
+        The reward model (``reward.type=model``, chapter 06) reads the decoded ``prompt + completion`` once
+        per rollout, in eval mode with no gradient, and returns scores normalised on the starting policy's
+        samples.
+        """
+        if self.reward_model is None:
+            scores = [self.reward_fn(c, r["answer"]) for c, r in zip(completions, records)]
+            return torch.tensor(scores, device=self.device)
+        texts = [prompt + c for prompt, c in zip(self.render(records), completions)]
+        return self.reward_model.score_texts(texts).to(self.device)
+
+    def collect(self, records: list[dict]):
+        """Steps 1-2, guarded: a NaN in sampling or in the scored rollout stops the run (``guards``)."""
+        n = self.step_count + 1
+        try:
+            ro = super().collect(records)
+        except RuntimeError as err:  # torch.multinomial on NaN/inf probabilities
+            diagnosis = guards.sampling_failed(err, n, self.out)
+            if diagnosis is None:
+                raise
+            raise diagnosis from None
+        guards.check_rollout(ro, n, self.out)
+        self.batch = (records, ro)
+        return ro
+
+    def step(self) -> dict:
+        """One PPO iteration, then the run's side of it (``loop.record_step``): more metrics, the logs, the guards.
+
+        Raises ``NonFiniteError`` on a NaN rollout or parameter, or after ``train.max_skipped_steps``
+        all-skipped steps.
+        """
+        return loop.record_step(self, super().step())
+
+    def reward_model_metrics(self, records: list[dict], completions: list[str]) -> dict:
+        """With a learned reward: the rule's score and (synthetic task) the gold reward of the same responses."""
+        if self.reward_model is None:
+            return {}
+        rule = [self.reward_fn(c, r["answer"]) for c, r in zip(completions, records)]
+        out = {"rollout/rule_reward": sum(rule) / max(len(rule), 1)}
+        if self.cfg.data.task == "synthetic":
+            coef = self.cfg.reward.gold_length_coef
+            gold = [gold_reward(c, r["answer"], coef) for c, r in zip(completions, records)]
+            out["rollout/gold_reward"] = sum(gold) / max(len(gold), 1)
+        return out
+
+    def evaluate(self, greedy: bool = False, n: int | None = None) -> float:
+        """Accuracy on the held-out split (sampled at the rollout temperature, or greedy)."""
+        records = self.test_records[: n or self.cfg.train.eval_samples]
+        return accuracy(self.actor.lm, self.tokenizer, records, self.cfg, greedy, self.correct_fn)
+
+    def train(self) -> dict:
+        """The whole run (``loop.train``): evaluate, ``train.steps`` steps with checkpoints, evaluate."""
+        return loop.train(self)
+
+    def save_checkpoint(self, name: str):
+        """Save ``output_dir/name`` atomically (``resume.save_checkpoint``)."""
+        return resume.save_checkpoint(self, name)
+
+
+def build_trainer(cfg: Config) -> RunTrainer:
+    """The trainer of the run ``cfg`` describes, built and (with ``train.resume``) resumed."""
+    return RunTrainer(cfg)
