@@ -63,18 +63,34 @@ def select_rows(ro, idx: torch.Tensor):
     return replace(ro, **picked)
 
 
+def _padded(ro, P: int, T: int, pad_id: int) -> dict:
+    """The rollout's tensors with the prompt left-padded to P and the response right-padded to T (pad ids, 0
+    elsewhere: positions no mask counts and nothing attends to)."""
+    dp, dt = P - ro.prompt_len, T - ro.response_ids.shape[1]
+    out = {}
+    for f in fields(ro):
+        v = getattr(ro, f.name)
+        if not (torch.is_tensor(v) and v.dim() >= 2):
+            continue
+        fill = pad_id if f.name in ("input_ids", "response_ids") else 0
+        if v.shape[1] == ro.prompt_len + ro.response_ids.shape[1]:  # (B, P + T)
+            v = torch.nn.functional.pad(v, (dp, dt), value=fill)
+        else:  # (B, T) or (B, T, F)
+            v = torch.nn.functional.pad(v, (0, 0) * (v.dim() - 2) + (0, dt), value=fill)
+        out[f.name] = v
+    return out
+
+
 def concat_rollouts(ros: list, pad_id: int):
     """Rollouts of different prompt and response lengths as one, padded as the data-parallel gather pads them."""
-    from .run.distributed import _pad_rollout
-
     if len(ros) == 1:
         return ros[0]
     P = max(r.prompt_len for r in ros)
     T = max(r.response_ids.shape[1] for r in ros)
-    parts = [_pad_rollout(r, P, T, pad_id) for r in ros]
-    names = {f.name for f in fields(ros[0])}
-    joined = {k: (None if parts[0][k] is None else torch.cat([p[k] for p in parts])) for k in parts[0] if k in names}
-    return type(ros[0])(**joined, prompt_len=P, completions=[c for r in ros for c in r.completions])
+    parts = [_padded(r, P, T, pad_id) for r in ros]
+    joined = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    joined["scores"] = torch.cat([r.scores for r in ros])
+    return replace(ros[0], **joined, prompt_len=P, completions=[c for r in ros for c in r.completions])
 
 
 def _extra_records(trainer, step: int, round_: int) -> list[dict]:
