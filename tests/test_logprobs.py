@@ -1,7 +1,6 @@
 """Tests for ppo_core.logprobs (chapter 01): token logprobs, the response slice, entropy."""
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -283,12 +282,13 @@ def test_logprobs_rejects_tokens_that_do_not_match_the_logits(tokens_shape):
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="measures peak RSS through Linux's /proc/self")
+@pytest.mark.slow  # two processes each on a 150k-token vocabulary
 @pytest.mark.parametrize("what", ["logprobs", "entropy"])
 def test_logprobs_and_entropy_take_a_sequence_at_a_time_on_a_real_vocabulary(what):
     """On Qwen2.5's vocabulary, the one-shot forms take two (logprobs) or three (entropy) float32 copies of the
-    logits; the package's, as many of one sequence's (``benchmarks/memory.py --logprobs`` at the cuda preset's)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from memory import row_wise_peaks
+    logits; the package's, as many of one sequence's (tests/quality/memory_peaks.py, ``benchmarks/memory.py --logprobs``
+    at the cuda preset's)."""
+    from quality.memory_peaks import row_wise_peaks
 
     peaks = row_wise_peaks(what, 16, 64, 151936)  # one float32 (B, T, V) tensor: 622 MB, a sequence 39 MB
     one = 16 * 64 * 151936 * 4

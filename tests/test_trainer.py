@@ -227,7 +227,7 @@ def test_response_length_and_eos_rate_are_per_response_means(tiny_model_path, ti
     """rollout/response_length: the mean number of counted response tokens per response (EOS included);
     rollout/eos_rate: the share of responses that ended on EOS. Rows 0-2 and 4-6 are made to end on EOS after
     1, 2, 3 tokens, rows 3 and 7 run to the 8-token limit: lengths 1, 2, 3, 8 twice, mean 3.5; EOS rate 6/8."""
-    import ppo_core.run.runner as trainer
+    import ppo_core.trainer as trainer
 
     real_sample = trainer.sample
 
