@@ -437,7 +437,7 @@ ROWS = [
     Row("ppo.clip_eps_high", same("written with ppo.clip_eps (clip_ratio_high)"),
         same("written with ppo.clip_eps_low (--actor.eps_clip_low_high)"), "epsilon_high (GRPO)"),
     Row("ppo.dual_clip_c", custom((A + "clip_ratio_c",), _dual_clip(A + "clip_ratio_c", 1.0e9)),
-        custom(("--actor.dual_clip",), _dual_clip("--actor.dual_clip", None)), "—"),
+        custom(("--actor.dual_clip",), _dual_clip("--actor.dual_clip", None)), "delta (GRPO, a related bound)"),
     Row("ppo.vf_clip_eps", key("critic.cliprange_value", critic_only=True),
         key("--critic.value_clip", critic_only=True), "cliprange_value"),
     Row("ppo.vf_coef", custom((), _critic_gap("the critic has its own optimizer: no weight between the losses")),
