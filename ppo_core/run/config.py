@@ -184,11 +184,9 @@ class AlgoConfig:
     the presets cpu-grpo, cpu-drgrpo, cpu-rloo and cpu-reinforcepp change a few of these (names as in veRL)."""
 
     adv_estimator: str = "gae"
-    """'gae': a learned critic (the value head) and GAE, PPO (Schulman et al. 2017); 'grpo': score minus the mean
-    of the prompt's group of rollout.group_size samples, over the group's std (Shao et al. 2024, DeepSeekMath);
-    'rloo': score minus the mean of the prompt's other samples (Ahmadian et al. 2024); 'reinforce_plus_plus':
-    the discounted return of the KL-penalised reward, whitened over the batch (Hu 2025, REINFORCE++). All but
-    'gae' build no value head and train no critic."""
+    """'gae': a learned critic and GAE (PPO, Schulman et al. 2017); 'grpo': score minus its group's mean over its
+    std (Shao et al. 2024); 'rloo': minus the mean of the prompt's other samples (Ahmadian et al. 2024);
+    'reinforce_plus_plus': the KL-penalised return whitened over the batch (Hu 2025). All but 'gae' train no critic."""
     norm_adv_by_std_in_grpo: bool = True
     """grpo: divide by the group's std (GRPO); false keeps score minus group mean (Dr. GRPO, Liu et al. 2025,
     "Understanding R1-Zero-Like Training")."""
