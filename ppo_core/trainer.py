@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import dapo
 from .advantages import outcome_advantages
 from .fastpaths import PromptCache
 from .gae import compute_gae, explained_variance, token_rewards
 from .kl import kl_penalty
 from .masking import masked_mean, masked_whiten
-from .rollout import Rollout, sample, score
+from .rollout import Rollout, sample, score, stop_token_ids
 from .update import minibatch_update, update_kwargs, value_update
 
 __all__ = ["PPOTrainer", "StepRecord"]
@@ -92,8 +93,10 @@ class PPOTrainer:
     def step(self) -> dict:
         """One PPO iteration: ``collect`` (1 sample, 2 score), ``learn`` (3 rewards .. 6 KL control); its metrics."""
         records = self.prompt_batch(self.step_count + 1)
-        ro = self.collect(records)
-        metrics = self.learn(ro)
+        ro, extra = self.collect(records), {}
+        if self.cfg.algo.dynamic_sampling:  # chapter 08 (DAPO): drop groups whose scores agree, sample more
+            records, ro, extra = dapo.dynamic_sampling(self, records, ro)
+        metrics = {**self.learn(ro), **extra}
         self.step_count += 1
         lengths = ro.mask.sum(1).float()
         return {"rollout/reward_mean": ro.scores.mean().item(), "rollout/response_length": lengths.mean().item(),
@@ -118,6 +121,7 @@ class PPOTrainer:
         t1 = time.perf_counter()
         score(self.actor, self.ref, ro, cfg.rollout.temperature, cfg.ppo.minibatch_size, cache)  # 2. score
         ro.scores = self.score_fn(records, ro.completions)
+        dapo.shape_rollout(ro, cfg, stop_token_ids(self.actor.lm, self.tokenizer))  # chapter 08's switches, if on
         self.times = {"time/rollout": t1 - t0, "time/score": time.perf_counter() - t1}
         return ro
 

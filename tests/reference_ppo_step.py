@@ -24,8 +24,9 @@ The semantics it pins down (chapters 03-05):
 * schedule:    one generator seeded once; every epoch a fresh ``torch.randperm(B)`` from it, cut into
                consecutive minibatches of ``minibatch_size`` rows.
 * update:      per minibatch: zero the gradients; micro-batch i holds rows i, i+g, i+2g, ... of the minibatch
-               (g = grad_accum_steps); each micro-batch's loss is the mean over ITS response tokens of
-               pg + vf_coef * vf - ent_coef * H, divided by g before backward; then clip the global
+               (g = grad_accum_steps); each micro-batch's loss is the sum over its response tokens of
+               pg + vf_coef * vf - ent_coef * H divided by the MINIBATCH's response token count (so the
+               micro-batches' gradients add up to the minibatch's), backward on each; then clip the global
                gradient norm to max_grad_norm (0 = no clipping) and take one optimizer step.
                AdamW at lr, except the value head's parameters at value_lr when value_lr > 0.
                pg = max(-A r, -A clip(r, 1 - eps, 1 + eps)), r = exp(logp - old logp);
@@ -153,10 +154,11 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
         for minibatch in epoch:
             opt.zero_grad(set_to_none=True)
             gm = 1 if value_only else g
+            n_tokens = sum(int(ro["mask"][b].sum()) for b in minibatch)  # the whole minibatch's
             for i in range(gm):
                 rows = minibatch[i::gm]
                 loss = _micro_batch_loss(model, ro, rows, keep, advantages, returns, values, logp, cfg, value_only)
-                (loss / gm).backward()
+                (loss / max(n_tokens, 1)).backward()
             if value_only:  # the critic alone learns: drop every other gradient
                 for p in params:
                     if all(p is not h for h in head):
@@ -201,7 +203,7 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
 
 
 def _micro_batch_loss(model, ro, rows, keep, advantages, returns, old_values, old_logp, cfg, warmup=False):
-    """Mean over the micro-batch's response tokens of pg + vf_coef * vf - ent_coef * entropy (a 0-dim tensor);
+    """Sum over the micro-batch's response tokens of pg + vf_coef * vf - ent_coef * entropy (a 0-dim tensor);
     of vf alone for a value warm-up step."""
     ids, attn = ro["input_ids"][rows], ro["attention_mask"][rows]
     positions = torch.zeros_like(attn)
@@ -212,7 +214,7 @@ def _micro_batch_loss(model, ro, rows, keep, advantages, returns, old_values, ol
             seen += int(attn[j, k])
     logits, values = model(ids, attn, positions, keep=keep)  # (b, T, V), (b, T)
     eps, eps_v, temp = cfg["clip_eps"], cfg["vf_clip_eps"], cfg["temperature"]
-    total, n_tokens = 0.0, 0
+    total = 0.0
     for j, b in enumerate(rows):
         for t in range(logits.shape[1]):
             if not ro["mask"][b, t]:
@@ -227,5 +229,4 @@ def _micro_batch_loss(model, ro, rows, keep, advantages, returns, old_values, ol
             vf = 0.5 * torch.maximum((v - ret) ** 2, (v_clipped - ret) ** 2)
             entropy = -(torch.exp(log_p) * log_p).sum()
             total = total + (vf if warmup else pg + cfg["vf_coef"] * vf - cfg["ent_coef"] * entropy)
-            n_tokens += 1
-    return total / n_tokens
+    return total
