@@ -12,6 +12,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see ppo_core/run/cli.py
+os.environ.setdefault("PPO_NOTEBOOK_QUICK", "1")  # chapter 05's full run: 2 steps under the suite, 40 for a reader
 
 import matplotlib  # noqa: E402
 

@@ -306,7 +306,7 @@ def update_flops(cfg, u: "Update", epochs: int, trunks: int) -> float:
 
 
 def matmul_rate(device: str = "cpu") -> float:
-    """FLOP/s of a large float32 matrix product on this machine now: what the hardware gives a GEMM."""
+    """FLOP/s of a large float32 matrix product on the device the benchmark runs on: what the hardware gives a GEMM."""
     n = 1024 if device == "cpu" else 8192
     a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     a @ b

@@ -36,6 +36,8 @@ The layers, from the commands a user types down to the maths a learner derives:
 | ppo_core.fastpaths  | 05      | speed paths with the same numbers (``train.fast_paths``) |
 | ppo_core.reward_model | 06    | reward model: last-token score, Bradley-Terry loss, norm |
 | ppo_core.advantages | 07      | GRPO, RLOO, REINFORCE++ advantages; the KL as a loss     |
+| ppo_core.objectives | 08      | clip-higher, dual clip, GSPO, CISPO, SAPO objectives     |
+| ppo_core.dapo       | 08      | dynamic sampling, overlong and missing-EOS shaping       |
 | ppo_core.run        | 05      | config, setup, checkpoints, NaN guards, metrics, the CLI |
 | ppo_core.tasks      | 05      | rewards, GSM8K data, the synthetic task, the warm start  |
 | ppo_core.checks     | 01-06   | checkers for the exercises, the exercise table, progress |

@@ -25,8 +25,8 @@ import torch
 
 from .gae import compute_gae
 from .kl import KL_ESTIMATORS, kl_penalty
-from .losses import aggregate_loss
-from .masking import masked_mean, masked_sum, masked_whiten
+from .losses import aggregate_loss, token_stat
+from .masking import masked_sum, masked_whiten
 
 __all__ = [
     "ADV_ESTIMATORS",
@@ -140,6 +140,7 @@ def kl_loss(
     kl_loss_type: str = "k2",
     loss_agg_mode: str = "token-mean",
     norm_len: int | None = None,
+    units=None,
 ) -> tuple[torch.Tensor, dict]:
     """The KL to the reference as a loss term (GRPO's placement), to add as ``kl_loss_coef * loss``.
 
@@ -154,13 +155,13 @@ def kl_loss(
     So k2 is the estimator whose gradient in the loss is the gradient of the KL being estimated; k3,
     GRPO's choice, is an unbiased estimate of KL(pi || pi_ref) but its gradient is that of the reverse KL
     (a fine regulariser, a different one). Chapter 07 checks all three on an enumerable toy.
-    ``loss_agg_mode``, ``norm_len``: averaged over tokens as the policy loss is (``losses.aggregate_loss``).
+    ``loss_agg_mode``, ``norm_len``, ``units``: averaged over tokens as the policy loss is (``losses.aggregate_loss``).
     stats: ``kl`` (the aggregated estimate, a float).
     """
     if kl_loss_type not in KL_ESTIMATORS:
         raise ValueError(f"unknown kl_loss_type {kl_loss_type!r}; choose one of {', '.join(KL_ESTIMATORS)}")
     per_token = kl_penalty(logprobs, ref_logprobs, kl_loss_type)  # (B, T)
-    loss = aggregate_loss(per_token, mask, loss_agg_mode, norm_len)
+    loss = aggregate_loss(per_token, mask, loss_agg_mode, norm_len, units)
     with torch.no_grad():
-        stats = {"kl": masked_mean(per_token, mask).item()}
+        stats = {"kl": token_stat(per_token, mask, units)}
     return loss, stats

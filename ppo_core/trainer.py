@@ -1,13 +1,13 @@
 """Chapter 05 - the PPO step as the algorithm box. ``PPOTrainer.step()`` = ``collect()`` + ``learn()``:
 
     collect(records) -> Rollout
-    1. sample       a response for each prompt of the batch                       (rollout.sample)
+    1. sample       a response for each prompt of the batch                       (rollout.sample; sampler, ch. 09)
     2. score        old logprobs and values (actor), reference logprobs, scores   (rollout.score)
     learn(rollout) -> metrics
     3. rewards      task score on the last token, -kl_coef * KL on every token    (gae.token_rewards)
     4. advantages   GAE advantages (ppo.lam), then whitening over the batch       (gae.compute_gae)
        returns      the critic's targets, GAE with their own lambda               (ppo.lam_value)
-    5. update       ppo_epochs passes over shuffled minibatches                   (update.minibatch_update)
+    5. update       ppo_epochs passes over shuffled minibatches                   (update.minibatch_update; correction)
     6. KL control   adapt kl_coef to the measured KL to the reference             (kl.AdaptiveKLController)
 
 The first ``ppo.value_warmup_steps`` steps run 1-4, then fit only the critic (``update.value_update``):
@@ -16,8 +16,6 @@ no policy update and no KL controller update, logged with ``value/warmup`` = 1.
 Chapter 07's switches (``algo.*``, ``rollout.group_size``) change steps 1, 3, 4 and 5 only: G samples per
 prompt; the KL in the reward or in the loss; a critic-free advantage (``advantages.outcome_advantages``)
 instead of GAE, with no value head at all; how the per-token policy losses are averaged.
-
-Chapter 09: the weights that sample (``sampler.Sampler``) may differ from the actor's; ``correction`` fixes step 5.
 
 The trainer holds the algorithm's state (models, optimizer, KL controller, step counter) and is handed its
 parts: ``ppo_core.run.runner.build_trainer(cfg)`` builds them and adds a run around the step (logs, checkpoints).
@@ -28,13 +26,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import dapo
 from .advantages import outcome_advantages
 from .correction import policy_inputs
 from .fastpaths import PromptCache
 from .gae import compute_gae, explained_variance, token_rewards
 from .kl import kl_penalty
 from .masking import masked_mean, masked_whiten
-from .rollout import Rollout, sample, score
+from .rollout import Rollout, sample, score, stop_token_ids
 from .sampler import Sampler
 from .update import minibatch_update, update_kwargs, value_update
 
@@ -96,8 +95,10 @@ class PPOTrainer:
     def step(self) -> dict:
         """One PPO iteration: ``collect`` (1 sample, 2 score), ``learn`` (3 rewards .. 6 KL control); its metrics."""
         records = self.prompt_batch(self.step_count + 1)
-        ro = self.collect(records)
-        metrics = self.learn(ro)
+        ro, extra = self.collect(records), {}
+        if self.cfg.algo.dynamic_sampling:  # chapter 08 (DAPO): drop groups whose scores agree, sample more
+            records, ro, extra = dapo.dynamic_sampling(self, records, ro)
+        metrics = {**self.learn(ro), **extra}
         self.step_count += 1
         lengths = ro.mask.sum(1).float()
         return {"rollout/reward_mean": ro.scores.mean().item(), "rollout/response_length": lengths.mean().item(),
@@ -108,14 +109,13 @@ class PPOTrainer:
         cfg, t0 = self.cfg, time.perf_counter()
         self.actor.eval()
         cache = PromptCache() if cfg.train.fast_paths and not self.sampler.own else None  # beside the rollout
-        ro = sample(  # 1. sample
-            self.sampler.lm, self.tokenizer, self.prompts(records), cfg.rollout.max_new_tokens, cfg.rollout.temperature,
-            cfg.data.max_prompt_len, cfg.rollout.generation_batch_size, prompt_cache=cache,
-            **self.sampler.options(self.actor.compute_dtype, cfg.correction),  # the dtype; chapter 09's top-k, top-p
-        )  # fmt: skip
+        ro = sample(self.sampler.lm, self.tokenizer, self.prompts(records), cfg.rollout.max_new_tokens,  # 1. sample
+                    cfg.rollout.temperature, cfg.data.max_prompt_len, cfg.rollout.generation_batch_size,
+                    prompt_cache=cache, **self.sampler.options(self.actor.compute_dtype, cfg.correction))  # fmt: skip
         t1 = time.perf_counter()
         score(self.actor, self.ref, ro, cfg.rollout.temperature, cfg.ppo.minibatch_size, cache)  # 2. score
         ro.scores = self.score_fn(records, ro.completions)
+        dapo.shape_rollout(ro, cfg, stop_token_ids(self.actor.lm, self.tokenizer))  # chapter 08's switches, if on
         self.times = {"time/rollout": t1 - t0, "time/score": time.perf_counter() - t1}
         return ro
 

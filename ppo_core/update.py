@@ -4,6 +4,9 @@ logits, values = actor(prompt + response)                  one forward for both 
 logprobs = log softmax(logits / temperature)[response]     chapter 01
 loss = policy_loss + vf_coef * value_loss + ent_coef * entropy_loss     chapter 04
      (+ kl_loss_coef * KL to the reference, without the value loss for a critic-free method: chapter 07)
+     (policy_loss: another objective, algo.policy_loss, chapter 08)
+Every term divides by the whole minibatch's counts (``losses.loss_units``), in every micro-batch: the
+micro-batches' losses and gradients add up to the minibatch's, however it is split (chapter 08).
 """
 
 import functools
@@ -12,8 +15,9 @@ import torch
 
 from .advantages import kl_loss
 from .logprobs import logprobs_from_logits
-from .losses import entropy_loss, policy_loss, value_loss
+from .losses import entropy_loss, loss_units, value_loss
 from .model import position_ids_from_mask
+from .objectives import compute_policy_loss
 from .precision import autocast
 
 __all__ = [
@@ -43,6 +47,8 @@ def ppo_loss(
     kl_loss_coef: float = 0.0,
     kl_loss_type: str = "k3",
     loss_norm_len: int | None = None,
+    policy_loss: str = "vanilla",
+    policy_kwargs: dict | None = None,
 ) -> tuple[torch.Tensor, dict]:
     """The combined PPO loss on one (micro-)batch. ``mb`` holds the rollout tensors for its rows.
 
@@ -51,32 +57,45 @@ def ppo_loss(
     without a value head (no value loss; old_values and returns are then not read),
     ``loss_agg_mode`` (with ``loss_norm_len``, the constant T_max of seq-mean-token-sum-norm) for the policy
     loss, and ``kl_loss_coef`` > 0 adds the KL to the reference (``mb["ref_logprobs"]``, estimator
-    ``kl_loss_type``) to the loss. Chapter 09's corrections: ``is_weights`` (B, T) multiply each token's
-    policy loss (as A * w: every surrogate here is linear in A) and the policy loss counts ``policy_mask``'s
-    tokens only.
+    ``kl_loss_type``) to the loss. Chapter 08: ``policy_loss`` names the objective (``objectives.POLICY_LOSSES``)
+    and ``policy_kwargs`` its switches; ``mb["units"]`` (``losses.loss_units`` of the whole minibatch; absent:
+    these rows' own) is every term's denominator. Chapter 09's corrections: ``is_weights`` (B, T) multiply
+    each token's advantage (every objective here scales with A), and the policy loss counts ``policy_mask``'s
+    tokens only (``mb["policy_units"]``: the whole minibatch's).
     """
     pos = position_ids_from_mask(mb["attention_mask"])
     logits, values = actor(mb["input_ids"], mb["attention_mask"], pos, keep=mb["keep"])  # (B, T, V), (B, T)
     logprobs = logprobs_from_logits(logits, mb["response_ids"], temperature)  # (B, T)
     mask = mb["mask"]
-    agg = {} if loss_agg_mode == "token-mean" else {"loss_agg_mode": loss_agg_mode, "norm_len": loss_norm_len}
-    advantages = mb["advantages"] * mb["is_weights"] if "is_weights" in mb else mb["advantages"]
-    pg_mask = mb.get("policy_mask", mask)
-    pg_loss, pg_stats = policy_loss(logprobs, mb["old_logprobs"], advantages, pg_mask, clip_eps, **agg)
+    units = mb.get("units")  # the minibatch's counts: micro-batches add up (chapter 08)
+    agg = {"loss_agg_mode": loss_agg_mode, "norm_len": loss_norm_len, "units": mb.get("policy_units", units)}
+    advantages = mb["advantages"] * mb["is_weights"] if "is_weights" in mb else mb["advantages"]  # chapter 09
+    pg_loss, pg_stats = compute_policy_loss(
+        policy_loss,
+        logprobs,
+        mb["old_logprobs"],
+        advantages,
+        mb.get("policy_mask", mask),
+        clip_eps=clip_eps,
+        **(policy_kwargs or {}),
+        **agg,
+    )
     loss, extra = pg_loss, {}
+    if (policy_kwargs or {}).get("dual_clip_c") is not None:
+        extra["policy/clipfrac_lower"] = pg_stats["clipfrac_lower"]
     if values is not None:
-        vf_loss, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_clip_eps)
+        vf_loss, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_clip_eps, units=units)
         loss = loss + vf_coef * vf_loss
         extra.update({"value/loss": vf_loss.item(), "value/clipfrac": vf_stats["clipfrac"]})
     if kl_loss_coef > 0:
-        kl_term, _ = kl_loss(logprobs, mb["ref_logprobs"], mask, kl_loss_type, loss_agg_mode, loss_norm_len)
+        kl_term, _ = kl_loss(logprobs, mb["ref_logprobs"], mask, kl_loss_type, loss_agg_mode, loss_norm_len, units)
         loss = loss + kl_loss_coef * kl_term
         extra["kl/loss"] = kl_term.item()
     if ent_coef != 0:
-        ent_loss, ent_stats = entropy_loss(logits, mask, temperature)
+        ent_loss, ent_stats = entropy_loss(logits, mask, temperature, units=units)
     else:  # only logged: no graph through the (B, T, V) softmax, which is large for a real vocabulary
         with torch.no_grad():
-            ent_loss, ent_stats = entropy_loss(logits, mask, temperature)
+            ent_loss, ent_stats = entropy_loss(logits, mask, temperature, units=units)
     loss = loss + ent_coef * ent_loss
     with torch.no_grad():
         max_log_ratio = (logprobs - mb["old_logprobs"]).abs().masked_fill(~mask, 0).max().item()
@@ -113,16 +132,22 @@ def minibatch_update(
 
     ``ratio_tol``: if set, raise RatioCheckError when any |log ratio| exceeds it (use it on the first
     minibatch of the first epoch, where the policy has not moved yet and the ratio must be 1).
-    Returns the stats averaged over micro-batches, with ``train/grad_norm`` (before clipping) and
+    Each micro-batch's loss divides by the minibatch's counts (``mb["units"]``, else ``loss_units(mb["mask"])``),
+    so the losses, their gradients and their stats (token means too: shares of the minibatch's) add up to the
+    minibatch's; ``policy/max_abs_log_ratio`` is the max. With ``train/grad_norm`` (before clipping) and
     ``train/skipped`` (1 if the step was skipped for a non-finite loss or gradient).
     ``loss_fn``: the loss of one micro-batch, ``ppo_loss`` (chapter 05's checker passes mistaken ones).
     """
     n = mb["input_ids"].shape[0]
     micro = [torch.arange(n)[i::grad_accum_steps] for i in range(grad_accum_steps)]
+    units = mb.get("units") or loss_units(mb["mask"])  # (a data-parallel rank gets the global minibatch's)
+    if "policy_mask" in mb:  # chapter 09: the policy loss counts the minibatch's kept tokens
+        mb = {**mb, "policy_units": mb.get("policy_units") or loss_units(mb["policy_mask"])}
     optimizer.zero_grad(set_to_none=True)
     totals: dict = {}
     for idx in micro:
         part = {k: (v[idx] if torch.is_tensor(v) else v) for k, v in mb.items()}
+        part["units"] = units
         loss, stats = loss_fn(actor, part, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature)
         if ratio_tol is not None and stats["policy/max_abs_log_ratio"] > ratio_tol:
             raise RatioCheckError(
@@ -130,9 +155,9 @@ def minibatch_update(
                 f"(> {ratio_tol:g}): the training forward does not reproduce the rollout's logprobs "
                 "(dropout on? a different temperature, slice or position ids?)"
             )
-        (loss / grad_accum_steps).backward()
-        for k, v in stats.items():
-            totals[k] = totals.get(k, 0.0) + v / grad_accum_steps
+        loss.backward()  # a share of the minibatch's loss: the gradients add up to the minibatch's
+        for k, v in stats.items():  # shares of the minibatch's losses and token means: they add up
+            totals[k] = max(totals.get(k, v), v) if k == "policy/max_abs_log_ratio" else totals.get(k, 0.0) + v
     norms = [clip(group, max_grad_norm) for group in clip_groups(actor)]
     grad_norm = torch.stack(norms).norm() if len(norms) > 1 else norms[0]  # of all the gradients, before clipping
     finite = bool(torch.isfinite(grad_norm)) and all(map(lambda v: v == v and abs(v) != float("inf"), totals.values()))
@@ -204,7 +229,7 @@ def value_update(actor, optimizer, mb: dict, *, vf_clip_eps: float = 0.2, max_gr
 
 def update_kwargs(cfg) -> dict:
     """The keyword arguments of ``minibatch_update`` that come from the config. ``loss_fn`` only when
-    chapter 07's switches change the loss (the KL in it, another averaging): a learner's own
+    chapter 07's or 08's switches change the loss (the KL in it, another averaging, another objective): a learner's own
     ``minibatch_update`` (chapter 05) then needs no new argument."""
     p, a = cfg.ppo, cfg.algo
     kwargs = dict(
@@ -216,12 +241,18 @@ def update_kwargs(cfg) -> dict:
         grad_accum_steps=p.grad_accum_steps,
         max_grad_norm=p.max_grad_norm,
     )
-    if a.use_kl_loss or a.loss_agg_mode != "token-mean":
+    switches = {"clip_eps_low": p.clip_eps_low, "clip_eps_high": p.clip_eps_high, "dual_clip_c": p.dual_clip_c}
+    switches = {k: v for k, v in switches.items() if v is not None}  # chapter 08's, where set
+    if a.policy_loss == "sapo":
+        switches.update(tau_pos=a.sapo_tau_pos, tau_neg=a.sapo_tau_neg)
+    if a.use_kl_loss or a.loss_agg_mode != "token-mean" or a.policy_loss != "vanilla" or switches:
         kwargs["loss_fn"] = functools.partial(
             ppo_loss,
             loss_agg_mode=a.loss_agg_mode,
             kl_loss_coef=a.kl_loss_coef if a.use_kl_loss else 0.0,
             kl_loss_type=a.kl_loss_type,
             loss_norm_len=cfg.rollout.max_new_tokens,  # Dr. GRPO's constant: the response limit, not this batch's T
+            policy_loss=a.policy_loss,
+            policy_kwargs=switches,
         )
     return kwargs

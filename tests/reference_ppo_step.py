@@ -24,8 +24,9 @@ The semantics it pins down (chapters 03-05):
 * schedule:    one generator seeded once; every epoch a fresh ``torch.randperm(B)`` from it, cut into
                consecutive minibatches of ``minibatch_size`` rows.
 * update:      per minibatch: zero the gradients; micro-batch i holds rows i, i+g, i+2g, ... of the minibatch
-               (g = grad_accum_steps); each micro-batch's loss is the mean over ITS response tokens of
-               pg + vf_coef * vf - ent_coef * H, divided by g before backward; then clip the global
+               (g = grad_accum_steps); each micro-batch's loss is the sum over its response tokens of
+               pg + vf_coef * vf - ent_coef * H divided by the MINIBATCH's response token count (so the
+               micro-batches' gradients add up to the minibatch's), backward on each; then clip the global
                gradient norm to max_grad_norm (0 = no clipping) and take one optimizer step.
                AdamW at lr, except the value head's parameters at value_lr when value_lr > 0.
                pg = max(-A r, -A clip(r, 1 - eps, 1 + eps)), r = exp(logp - old logp);
@@ -35,7 +36,7 @@ The semantics it pins down (chapters 03-05):
                decoupled mode weights token t's pg by w_t = min(rho_t, C) (token) or min(prod_s rho_s, C)
                (sequence), and keeps only tokens whose rho_t (token), prod_s rho_s (sequence) or
                exp(mean_s log rho_s) (geometric) lies in [lo, hi]; the pg term is then the mean over the
-               micro-batch's KEPT tokens, vf and H stay means over all its response tokens. Bypass mode:
+               minibatch's KEPT tokens, vf and H stay means over all its response tokens. Bypass mode:
                the ratio is exp(logp - log mu), no weights.
 * controller:  KL = mean over sequences of the summed k1 KL of each response (the one logged);
                adaptive: kl_coef <- kl_coef (1 + clip(KL / target - 1, -0.2, 0.2) B / horizon); fixed: unchanged.
@@ -163,12 +164,15 @@ def reference_step(actor, ro: dict, cfg: dict, kl_coef: float, shuffle_seed: int
         for minibatch in epoch:
             opt.zero_grad(set_to_none=True)
             gm = 1 if value_only else g
+            n_tokens = sum(int(ro["mask"][b].sum()) for b in minibatch)  # the whole minibatch's
+            kept = [(b, t) for b in minibatch for t in range(len(mask[b])) if mask[b][t]]
+            n_kept = sum(1 for b, t in kept if weights[b][t] > 0) if weights else 0  # chapter 09's kept tokens
             for i in range(gm):
                 rows = minibatch[i::gm]
-                loss = _micro_batch_loss(
+                loss, pg = _micro_batch_loss(
                     model, ro, rows, keep, advantages, returns, values, old_for_ratio, cfg, value_only, weights
                 )
-                (loss / gm).backward()
+                (loss / max(n_tokens, 1) + pg / max(n_kept, 1)).backward()
             if value_only:  # the critic alone learns: drop every other gradient
                 for p in params:
                     if all(p is not h for h in head):
@@ -240,8 +244,9 @@ def _naive_correction(logp, ro, mask, corr) -> tuple:
 
 
 def _micro_batch_loss(model, ro, rows, keep, advantages, returns, old_values, old_logp, cfg, warmup=False, w=None):
-    """Mean over the micro-batch's response tokens of pg + vf_coef * vf - ent_coef * entropy (a 0-dim tensor);
-    of vf alone for a value warm-up step."""
+    """(Sum over the micro-batch's response tokens of pg + vf_coef * vf - ent_coef * entropy (a 0-dim tensor),
+    0.0); of vf alone for a value warm-up step. With weights ``w``: pg leaves the sum for the second value, the sum
+    of w * pg."""
     ids, attn = ro["input_ids"][rows], ro["attention_mask"][rows]
     positions = torch.zeros_like(attn)
     for j in range(len(rows)):  # position ids count only real tokens (0 at the first one of a left-padded row)
@@ -251,7 +256,7 @@ def _micro_batch_loss(model, ro, rows, keep, advantages, returns, old_values, ol
             seen += int(attn[j, k])
     logits, values = model(ids, attn, positions, keep=keep)  # (b, T, V), (b, T)
     eps, eps_v, temp = cfg["clip_eps"], cfg["vf_clip_eps"], cfg["temperature"]
-    total, n_tokens, pg_total, n_kept = 0.0, 0, 0.0, 0
+    total, pg_total = 0.0, 0.0
     for j, b in enumerate(rows):
         for t in range(logits.shape[1]):
             if not ro["mask"][b, t]:
@@ -265,10 +270,7 @@ def _micro_batch_loss(model, ro, rows, keep, advantages, returns, old_values, ol
             v_clipped = v_old + torch.clamp(v - v_old, -eps_v, eps_v)
             vf = 0.5 * torch.maximum((v - ret) ** 2, (v_clipped - ret) ** 2)
             entropy = -(torch.exp(log_p) * log_p).sum()
-            if w is not None and not warmup:  # decoupled correction: pg over the kept tokens, weighted
-                if w[b][t] > 0:
-                    pg_total, n_kept = pg_total + w[b][t] * pg, n_kept + 1
-                pg = 0.0
+            if w is not None and not warmup:  # decoupled correction: pg apart, weighted (0 on a rejected token)
+                pg_total, pg = pg_total + w[b][t] * pg, 0.0
             total = total + (vf if warmup else pg + cfg["vf_coef"] * vf - cfg["ent_coef"] * entropy)
-            n_tokens += 1
-    return total / n_tokens + (pg_total / max(n_kept, 1) if w is not None and not warmup else 0.0)
+    return total, pg_total

@@ -11,7 +11,7 @@ import torch
 from ppo_core import checks
 from ppo_core.checks import CheckFailure, NotImplementedYet
 from ppo_core.logprobs import logprobs_from_logits
-from ppo_core.losses import entropy_loss, policy_loss, value_loss
+from ppo_core.losses import entropy_loss, loss_units, policy_loss, value_loss
 from ppo_core.model import position_ids_from_mask
 from ppo_core.update import RatioCheckError, minibatch_update
 
@@ -37,6 +37,7 @@ def learner_update(
     totals = {}
     n = mb["input_ids"].shape[0]
     size = n // grad_accum_steps
+    units = None if bug == "own_count" else loss_units(mb["mask"])  # the whole minibatch's counts
     for start in range(0, n, size):  # contiguous micro-batches
         part = {k: (v[start : start + size] if torch.is_tensor(v) else v) for k, v in mb.items()}
         attn = part["attention_mask"]
@@ -50,17 +51,20 @@ def learner_update(
                 raise RatioCheckError("ratio is not 1 before the first update")
         if bug == "old_logprobs":
             logprobs = part["old_logprobs"]
-        pg, pg_stats = policy_loss(logprobs, part["old_logprobs"], part["advantages"], part["mask"], clip_eps)
+        pg, pg_stats = policy_loss(
+            logprobs, part["old_logprobs"], part["advantages"], part["mask"], clip_eps, units=units
+        )
         vf_eps = clip_eps if bug == "vf_clip_is_clip_eps" else vf_clip_eps
-        vf, vf_stats = value_loss(values, part["old_values"], part["returns"], part["mask"], vf_eps)
-        ent, ent_stats = entropy_loss(logits, part["mask"], t)
+        vf, vf_stats = value_loss(values, part["old_values"], part["returns"], part["mask"], vf_eps, units=units)
+        ent, ent_stats = entropy_loss(logits, part["mask"], t, units=units)
         if bug == "entropy_sign":
             loss = pg + vf_coef * vf - ent_coef * ent
         elif bug == "no_vf_coef":
             loss = pg + vf + ent_coef * ent
         else:
             loss = pg + vf_coef * vf + ent_coef * ent
-        (loss if bug == "no_accum_divide" else loss / grad_accum_steps).backward()
+        divided = bug in ("own_count", "accum_divide")
+        (loss / grad_accum_steps if divided else loss).backward()
         if bug == "step_per_micro":
             grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), max_grad_norm)
             optimizer.step()
@@ -75,8 +79,9 @@ def learner_update(
             "policy/ratio_mean": pg_stats["ratio_mean"],
             "policy/entropy": ent_stats["entropy"],
         }
-        for k, v in stats.items():
-            totals[k] = totals.get(k, 0.0) + (v if bug == "summed_stats" else v / grad_accum_steps)
+        for k, v in stats.items():  # shares of the minibatch's: they add up
+            averaged = divided or bug == "averaged_stats"
+            totals[k] = totals.get(k, 0.0) + (v / grad_accum_steps if averaged else v)
     if bug != "step_per_micro":
         grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), max_grad_norm)
         if bug == "norm_after_clip":
@@ -148,10 +153,11 @@ def test_stub_is_not_implemented():
         ("no_zero_grad", "never zeroed the gradients"),
         ("entropy_sign", "flipped the sign of the entropy term"),
         ("no_vf_coef", "forgot vf_coef"),
-        ("no_accum_divide", "did not divide the loss by grad_accum_steps"),
+        ("own_count", "divided each micro-batch's loss by its own token count"),
+        ("accum_divide", "divided the loss by grad_accum_steps although"),
         ("norm_after_clip", "gradient norm after clipping"),
         ("vf_clip_is_clip_eps", "clipped the values with clip_eps instead of vf_clip_eps"),
-        ("summed_stats", "summed the stats over the micro-batches"),
+        ("averaged_stats", "averaged the stats over the micro-batches"),
         ("step_per_micro", "stepped once per micro-batch"),
         ("tensor_stats", "plain Python float"),
         ("ignore_ratio_tol", "ignored ratio_tol"),

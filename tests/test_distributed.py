@@ -16,11 +16,12 @@ import torch
 import torch.distributed as dist
 from ppo_test_support import _tiny_overrides
 
+from ppo_core.losses import loss_units
 from ppo_core.model import ActorWithValueHead
 from ppo_core.reward_model import RewardModel
 from ppo_core.rollout import tokenize_prompts
 from ppo_core.run.config import ConfigError, load_config
-from ppo_core.run.distributed import check_world, loss_units, weights_digest
+from ppo_core.run.distributed import check_world, weights_digest
 from ppo_core.run.metrics import read_metrics
 from ppo_core.run.runner import RunTrainer
 
@@ -28,14 +29,14 @@ pytestmark = pytest.mark.skipif(
     not (dist.is_available() and dist.is_gloo_available()), reason="torch.distributed with gloo is unavailable"
 )
 HERE = Path(__file__).parent
-GRPO = (  # no critic, 4 samples per prompt, the KL (k3) in a sequence-mean loss; no entropy term (see below)
+GRPO = (  # no critic, 4 samples per prompt, the KL (k3) in a sequence-mean loss, a token-mean entropy bonus
     "algo.adv_estimator=grpo",
     "rollout.group_size=4",
     "algo.use_kl_in_reward=false",
     "algo.use_kl_loss=true",
     "algo.kl_loss_coef=0.1",
     "algo.loss_agg_mode=seq-mean-token-mean",
-    "ppo.ent_coef=0",
+    "ppo.ent_coef=0.01",
     "rollout.batch_size=16",
     "ppo.minibatch_size=8",
     "rollout.max_new_tokens=24",  # long enough that some responses end early: ranks hold unequal token counts
@@ -172,9 +173,9 @@ def test_each_rank_gets_whole_groups(batch, group, ranks, ok):
 
 def test_loss_units_follow_the_aggregation():
     mask = torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0]], dtype=torch.bool)
-    assert loss_units(mask, "token-mean") == 4  # tokens
-    assert loss_units(mask, "seq-mean-token-mean") == 2  # responses with a token
-    assert loss_units(mask, "seq-mean-token-sum-norm") == 3  # responses
+    assert loss_units(mask)["token-mean"] == 4  # tokens
+    assert loss_units(mask)["seq-mean-token-mean"] == 2  # responses with a token
+    assert loss_units(mask)["seq-mean-token-sum-norm"] == 3  # responses
 
 
 def test_each_rank_samples_from_a_stream_of_seed_step_and_rank(tiny_model_path, tmp_path, monkeypatch, one_thread):

@@ -1,6 +1,6 @@
 """The package's layers hold: no import runs back up, and no module imports itself in a circle.
 
-From the bottom: the maths (chapters 01-04, 07, 09) imports only torch and itself; the loop (model, rollout,
+From the bottom: the maths (chapters 01-04, 07, 08, 09) imports only torch and itself; the loop (model, rollout,
 update, sampler, trainer) imports the maths; tasks/ builds data and the warm start on the loop; run/ and the course
 tooling (checks/, widgets/) build on all of them; the commands sit on top. Every import counts, at the top
 of a module or inside a function.
@@ -13,8 +13,8 @@ import ppo_core
 
 PACKAGE = Path(ppo_core.__file__).parent
 
-MATHS = {"logprobs", "masking", "kl", "gae", "losses", "advantages", "correction"}
-LOOP = {"precision", "model", "rollout", "update", "fastpaths", "trainer", "reward_model", "utils", "sampler"}
+MATHS = {"logprobs", "masking", "kl", "gae", "losses", "advantages", "objectives", "correction"}
+LOOP = {"precision", "model", "rollout", "update", "fastpaths", "trainer", "reward_model", "utils", "dapo", "sampler"}
 COMMANDS = {"train", "evaluate", "train_rm"}
 
 

@@ -353,13 +353,13 @@ def test_nan_loss_update_is_skipped_counted_and_logged_at_once(tiny_model_path, 
     import ppo_core.update as update
 
     tr = _trainer(tiny_model_path, tmp_path, "train.max_skipped_steps=2")
-    real = update.policy_loss
+    real = update.compute_policy_loss
 
     def nan_policy_loss(*args, **kwargs):
         loss, stats = real(*args, **kwargs)
         return loss * float("nan"), stats
 
-    monkeypatch.setattr(update, "policy_loss", nan_policy_loss)
+    monkeypatch.setattr(update, "compute_policy_loss", nan_policy_loss)
     before = _params(tr)
     with pytest.warns(UserWarning, match=r"step 1, epoch \d, minibatch \d: update skipped \(non-finite policy/loss"):
         m = tr.step()
@@ -368,9 +368,9 @@ def test_nan_loss_update_is_skipped_counted_and_logged_at_once(tiny_model_path, 
     on_disk = _step_lines(tr.out)  # the logger is still open: the line was flushed when the step ended
     assert [r["step"] for r in on_disk] == [1] and on_disk[0]["train/skipped"] == 4
 
-    monkeypatch.setattr(update, "policy_loss", real)
+    monkeypatch.setattr(update, "compute_policy_loss", real)
     assert tr.step()["train/skipped"] == 0 and not torch.equal(_params(tr), before)  # the streak resets
-    monkeypatch.setattr(update, "policy_loss", nan_policy_loss)
+    monkeypatch.setattr(update, "compute_policy_loss", nan_policy_loss)
     with pytest.warns(UserWarning, match="update skipped"):
         tr.step()
         with pytest.raises(NonFiniteError, match=r"steps 3-4: every update was skipped \(non-finite policy/loss\)"):
@@ -575,7 +575,7 @@ def test_a_step_with_only_some_updates_skipped_does_not_count_towards_the_stop(t
     import ppo_core.update as update
 
     tr = _trainer(tiny_model_path, tmp_path, "train.max_skipped_steps=1")
-    real, poisoned = update.policy_loss, set()
+    real, poisoned = update.compute_policy_loss, set()
 
     def first_minibatch_nan(*args, **kwargs):
         loss, stats = real(*args, **kwargs)
@@ -584,7 +584,7 @@ def test_a_step_with_only_some_updates_skipped_does_not_count_towards_the_stop(t
         poisoned.add(tr.step_count)  # the first minibatch update of each step
         return loss * float("nan"), stats
 
-    monkeypatch.setattr(update, "policy_loss", first_minibatch_nan)
+    monkeypatch.setattr(update, "compute_policy_loss", first_minibatch_nan)
     with pytest.warns(UserWarning, match="update skipped"):
         assert [tr.step()["train/skipped"] for _ in range(2)] == [1.0, 1.0]  # no NonFiniteError
 

@@ -35,7 +35,7 @@ def test_a_number_edited_by_hand_fails_the_check(tmp_path):
     shutil.copytree(report.PAGES, pages)
     page = pages / "critic.md"
     text = page.read_text()
-    edited = re.sub(r"\| \+0\.20 \|", "| +0.30 |", text, count=1)  # a seed's explained variance, nudged
+    edited = text.replace("→ +0.20 |", "→ +0.30 |", 1)  # a seed's explained variance, nudged
     assert edited != text
     page.write_text(edited)
     assert report.stale(pages) == [str(page)]

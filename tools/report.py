@@ -103,19 +103,19 @@ def critic_legend() -> str:
 def critic_runs(name: str) -> str:
     """One row per (config, seed), then a mean per config over its seeds."""
     runs = load(name)["rows"]
-    header = ["config", "seed", "EV first 10", "EV last 10", "held-out accuracy", "gain"]
+    header = ["config", "seed", "EV, first 10 → last 10 steps", "held-out accuracy", "gain"]
     rows, by_config = [], {}
     for r in runs:
         label = config_label(r["config"]) + (f", {r['steps']} steps" if "steps" in r else "")
         by_config.setdefault(label, []).append(r)
         gain = 100 * (r["after"] - r["before"])
         accuracy = f"{r['before']:.3f} → {r['after']:.3f}"
-        rows.append([label, r["seed"], f"{r['ev_first10']:+.2f}", f"{r['ev_last10']:+.2f}", accuracy, f"{gain:+.1f}"])
+        rows.append([label, r["seed"], f"{r['ev_first10']:+.2f} → {r['ev_last10']:+.2f}", accuracy, f"{gain:+.1f}"])
     for label, rs in by_config.items():
         if len(rs) > 1:
             first, last = mean([r["ev_first10"] for r in rs]), mean([r["ev_last10"] for r in rs])
             gain = 100 * mean([r["after"] - r["before"] for r in rs])
-            rows.append([label, f"mean of {len(rs)}", f"{first:+.2f}", f"{last:+.2f}", "", f"{gain:+.1f}"])
+            rows.append([label, f"mean of {len(rs)}", f"{first:+.2f} → {last:+.2f}", "", f"{gain:+.1f}"])
     return table(header, rows)
 
 
@@ -167,6 +167,14 @@ def critic_long(name: str) -> str:
                      f"{start['length']:.0f}", f"{start['right_start']:.2f} → {end['right_start']:.2f}",
                      f"{r['before']:.3f} → {r['after']:.3f}"])  # fmt: skip
     return table(["config", "credit at token 0", "tokens", "right first token", "accuracy"], rows)
+
+
+def default_run(name: str) -> str:
+    """The default training command on several seeds (benchmarks/cpu_run.py): accuracy, critic, time."""
+    rows = [[r["seed"], f"{r['before']:.3f} → {r['after']:.3f}", f"{r['gain_points']:+.1f}",
+             f"{r['greedy_before']:.3f} → {r['greedy_after']:.3f}", f"{r['ev_last10']:+.2f}", f"{r['wall_s']:.0f}"]
+            for r in load(name)["rows"]]  # fmt: skip
+    return table(["seed", "sampled accuracy", "gain", "greedy accuracy", "EV last 10", "wall s"], rows)
 
 
 def _plt():
@@ -303,6 +311,7 @@ GENERATORS = {
     "critic_probe": critic_probe,
     "critic_oracle": critic_oracle,
     "critic_long": critic_long,
+    "default_run": default_run,
     "algos_curve": algos_curve,
     "algos_summary": algos_summary,
     "memory_logprobs": memory_logprobs,

@@ -15,4 +15,5 @@ from .ch04_losses import *  # noqa: F401,F403
 from .ch05_loop import *  # noqa: F401,F403
 from .ch06_reward import *  # noqa: F401,F403
 from .ch07_algos import *  # noqa: F401,F403
+from .ch08_objectives import *  # noqa: F401,F403
 from .ch09_mismatch import *  # noqa: F401,F403

@@ -37,6 +37,7 @@ CHAPTER_TITLES = {
     "05_full_loop": "The full loop",
     "06_reward_models": "Reward models",
     "07_beyond_ppo": "Beyond PPO: GRPO, Dr. GRPO, RLOO, REINFORCE++",
+    "08_reasoning_objectives": "Objectives for reasoning models: DAPO, GSPO, CISPO",
     "09_sampler_mismatch": "When the sampler is not the learner",
 }
 
@@ -144,6 +145,22 @@ EXERCISES = (
         "my_group_relative_advantages",
         "check_group_relative_advantages",
         "g = scores.view(-1, group_size) puts each prompt's samples in one row; subtract g.mean(dim=1, keepdim=True)",
+    ),
+    Exercise(
+        "8.1",
+        "08_reasoning_objectives",
+        "clip-higher and the dual clip",
+        "dapo_policy_loss",
+        "check_dapo_policy_loss",
+        "clamp(ratio, 1 - clip_eps_low, 1 + clip_eps_high); then, where A < 0 only, torch.minimum(loss, -A * c)",
+    ),
+    Exercise(
+        "8.2",
+        "08_reasoning_objectives",
+        "CISPO's clipped, detached weight",
+        "cispo_loss",
+        "check_cispo_loss",
+        "weight = torch.clamp(ratio, 1 - clip_eps_low, 1 + clip_eps_high).detach(); loss = -weight * A * logprobs",
     ),
     Exercise(
         "9.1",

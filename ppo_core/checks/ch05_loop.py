@@ -18,9 +18,10 @@ import torch
 
 from .. import update
 from ..logprobs import logprobs_from_logits, response_slice
-from ..losses import entropy_loss, policy_loss
+from ..losses import entropy_loss
 from ..masking import masked_whiten
 from ..model import ActorWithValueHead, position_ids_from_mask
+from ..objectives import compute_policy_loss
 from ..tasks.tiny import build_char_tokenizer, build_tiny_model
 from ..update import RatioCheckError
 from ._common import CheckFailure, NotImplementedYet, call, checker, expect_close
@@ -182,10 +183,14 @@ _REPLACED = {
     "no_temperature_logprobs": dict(
         logprobs_from_logits=lambda logits, tokens, t: logprobs_from_logits(logits, tokens)
     ),
-    "no_temperature_entropy": dict(entropy_loss=lambda logits, mask, t: entropy_loss(logits, mask, 1.0)),
+    "no_temperature_entropy": dict(entropy_loss=lambda logits, mask, t, **kw: entropy_loss(logits, mask, 1.0, **kw)),
     "arange_positions": dict(position_ids_from_mask=lambda attn: torch.arange(attn.shape[1]).expand_as(attn)),
-    "old_logprobs": dict(policy_loss=lambda lp, old, adv, mask, eps: policy_loss(old, old, adv, mask, eps)),
-    "detached": dict(policy_loss=lambda lp, old, adv, mask, eps: policy_loss(lp.detach(), old, adv, mask, eps)),
+    "old_logprobs": dict(
+        compute_policy_loss=lambda name, lp, old, *a, **kw: compute_policy_loss(name, old, old, *a, **kw)
+    ),
+    "detached": dict(
+        compute_policy_loss=lambda name, lp, old, *a, **kw: compute_policy_loss(name, lp.detach(), old, *a, **kw)
+    ),
 }
 """Mistakes inside the loss: one of the functions ``ppo_loss`` calls, replaced by the mistaken version."""
 
@@ -207,13 +212,22 @@ def _variant(bug: str | None):
                 part = {**part, "keep": slice(part["keep"].start + 1, part["keep"].stop + 1)}
             if bug == "no_temperature":
                 temperature = 1.0
+            if bug in (
+                "own_count",
+                "own_count_contiguous",
+            ):  # each micro-batch a mean over its own tokens, averaged over micro-batches
+                part = {key: v for key, v in part.items() if key != "units"}
             loss, stats = update.ppo_loss(actor, part, clip_eps, vf_clip_eps, vf_coef, ent_coef, temperature)
-            if bug == "no_accum_divide":
-                loss = loss * k
-            if bug == "summed_stats":
-                stats = {key: v * k for key, v in stats.items()}
+            if bug in ("own_count", "own_count_contiguous", "accum_divide"):
+                loss = loss / k
+            if bug in ("own_count", "own_count_contiguous", "accum_divide", "averaged_stats"):
+                stats = {key: v / k for key, v in stats.items()}
             return loss, stats
 
+        if bug == "own_count_contiguous":  # rows reordered so that the package's split i::k takes contiguous blocks
+            B = mb["input_ids"].shape[0]
+            order = torch.tensor([(j % k) * (B // k) + j // k for j in range(B)])
+            mb = {key: (v[order] if torch.is_tensor(v) else v) for key, v in mb.items()}
         wrapped = _Optimizer(optimizer, keep_grads=bug == "no_zero_grad")
         with _replaced(**_REPLACED.get(bug, {})):
             stats = update.minibatch_update(actor, wrapped, mb, **kw, loss_fn=loss_fn)
@@ -258,9 +272,16 @@ MISTAKES = {
     "no_ent_coef": "forgot ent_coef (added the entropy loss with weight 1)",
     "no_value_loss": "left the value loss out of the total loss (the value head never trains)",
     "vf_clip_is_clip_eps": "clipped the values with clip_eps instead of vf_clip_eps",
-    "no_accum_divide": "did not divide the loss by grad_accum_steps (the accumulated gradient is "
-    "grad_accum_steps times too large)",
-    "summed_stats": "summed the stats over the micro-batches instead of averaging them",
+    "own_count": "divided each micro-batch's loss by its own token count (then by grad_accum_steps): the "
+    "gradient-accumulation bug, which weighs the tokens of short micro-batches more; divide every micro-batch "
+    "by the whole minibatch's count, units=loss_units(mb['mask']), so the micro-batches add up to the minibatch",
+    "own_count_contiguous": "divided each micro-batch's loss by its own token count (then by grad_accum_steps): the "
+    "gradient-accumulation bug, which weighs the tokens of short micro-batches more; divide every micro-batch "
+    "by the whole minibatch's count, units=loss_units(mb['mask']), so the micro-batches add up to the minibatch",
+    "accum_divide": "divided the loss by grad_accum_steps although each micro-batch already divides by the "
+    "whole minibatch's count (the accumulated gradient is grad_accum_steps times too small)",
+    "averaged_stats": "averaged the stats over the micro-batches; with units=loss_units(mb['mask']) each "
+    "micro-batch's stats are shares of the minibatch's, so add them up",
     "zero_grad_in_loop": "zeroed the gradients inside the micro-batch loop (only the last micro-batch's gradient "
     "reached the step)",
     "no_zero_grad": "never zeroed the gradients: .grad accumulates across calls, so every step also re-applies "
@@ -403,7 +424,7 @@ _CASES = [
         arch="llama",
         seed=1,
         prompt_lens=(5, 2, 3, 4),
-        resp_lens=(3, 3, 3, 3),
+        resp_lens=(4, 1, 3, 1),  # micro-batches of unequal token counts, however the rows are split
         T=4,
         noise=0.08,
         kw=dict(
@@ -415,7 +436,8 @@ _CASES = [
             grad_accum_steps=2,
             max_grad_norm=100.0,
         ),
-        about="Llama-shaped tiny model, B=4 left-padded rows, grad_accum_steps 2, temperature 1.3, clip_eps 0.2, "
+        about="Llama-shaped tiny model, B=4 left-padded rows of 4, 1, 3, 1 response tokens, grad_accum_steps 2, "
+        "temperature 1.3, clip_eps 0.2, "
         "vf_clip_eps 0.1, vf_coef 0.5, ent_coef 0.01, max_grad_norm 100 (no clipping), two calls",
     ),
 ]

@@ -21,7 +21,6 @@ VERL_FIXED = {
     R + "name": "vllm",  # required (no default)
     A + "optim.lr_scheduler_type": "constant",  # ppo_core keeps the learning rate constant
     A + "optim.betas": [0.9, 0.999],  # torch AdamW's, as ppo_core's
-    A + "clip_ratio_c": 1.0e9,  # veRL's dual clip (default 3) off: ppo_core's policy loss has none
 }
 OPENRLHF_FIXED = {
     "--data.input_key": "input",
@@ -122,7 +121,68 @@ def _value_lr(ctx):
 
 
 def _verl_clip(ctx, value):
-    return {A + "clip_ratio": value, A + "clip_ratio_low": value, A + "clip_ratio_high": value}
+    p = ctx.cfg.ppo  # chapter 08's asymmetric range: null = clip_eps, as veRL's
+    low, high = (value if v is None else v for v in (p.clip_eps_low, p.clip_eps_high))
+    return {A + "clip_ratio": value, A + "clip_ratio_low": low, A + "clip_ratio_high": high}
+
+
+def _orl_clip_pair(ctx, value):
+    p = ctx.cfg.ppo
+    if p.clip_eps_low is None and p.clip_eps_high is None:
+        return Same("one range, --actor.eps_clip")
+    return {"--actor.eps_clip_low_high": [p.clip_eps if v is None else v for v in (p.clip_eps_low, p.clip_eps_high)]}
+
+
+def _dual_clip(name, off):
+    def fn(ctx, value):  # veRL applies its dual clip always (c = 3): written huge when ours is off
+        if value is None:
+            return {name: off} if off is not None else Same("off, as the engine's default")
+        return {name: value}
+
+    return fn
+
+
+def _orl_policy_loss(ctx, value):
+    if value not in ("vanilla", "gspo"):
+        return Gap(f"OpenRLHF's policy losses are ppo and gspo, not {value}")
+    return {"--actor.policy_loss_type": "ppo" if value == "vanilla" else "gspo"}
+
+
+def _sapo_only(engine_key):
+    def fn(ctx, value):
+        if ctx.cfg.algo.policy_loss != "sapo":
+            return Same("read by algo.policy_loss=sapo only")
+        return {engine_key: value} if engine_key else Gap("no SAPO policy loss")
+
+    return fn
+
+
+def _verl_dynamic(ctx, value):
+    if not value:
+        return Same("off, as veRL's default")
+    rounds = ctx.cfg.algo.max_sampling_rounds
+    return {"algorithm.filter_groups.enable": True, "algorithm.filter_groups.max_num_gen_batches": rounds}
+
+
+def _orl_dynamic(ctx, value):  # drops groups whose mean score is at either end of the range: 0/1 scores only
+    return {"--algo.dynamic_filtering_enable": True} if value else Same("off, as OpenRLHF's default")
+
+
+def _orl_overlong(name):
+    def fn(ctx, value):
+        return {name: value} if ctx.cfg.reward.overlong_buffer_len > 0 else Same("off, as OpenRLHF's default")
+
+    return fn
+
+
+def _verl_overlong_penalty(ctx, value):
+    if ctx.cfg.reward.overlong_buffer_len == 0:
+        return Same("off")
+    return Gap("the DAPO recipe's reward manager (overlong_buffer.penalty_factor)")
+
+
+def _if_on(test, out, reason_off="off"):
+    return lambda ctx, value: out(ctx, value) if test(ctx, value) else Same(reason_off)
 
 
 def _one_lambda(ctx, value):
@@ -365,6 +425,8 @@ ROWS = [
     Row("rollout.batch_size", key("data.train_batch_size", _prompts), key("--rollout.batch_size", _prompts),
         "per_device_train_batch_size", "the engines count prompts, ppo_core counts sequences"),
     Row("rollout.max_new_tokens", key("data.max_response_length"), key("--rollout.max_new_tokens"), "response_length"),
+    Row("rollout.overlong_filter", custom((), _off(False, "no overlong filter in main_ppo")),
+        custom((), _off(False, "no overlong filter")), "mask_truncated_completions (GRPO)"),
     Row("rollout.temperature", key(R + "temperature"), key("--rollout.temperature"), "temperature"),
     Row("rollout.generation_batch_size", same("a memory limit of HF generate; vLLM schedules its own batches"),
         same("a memory limit of HF generate; vLLM schedules its own batches"), "local_rollout_forward_batch_size"),
@@ -383,6 +445,12 @@ ROWS = [
     Row("ppo.max_grad_norm", _with_critic(A + "grad_clip", "critic.grad_clip"),
         _with_critic("--actor.max_norm", "--critic.max_norm"), "max_grad_norm"),
     Row("ppo.clip_eps", custom((A + "clip_ratio",), _verl_clip), key("--actor.eps_clip"), "cliprange"),
+    Row("ppo.clip_eps_low", same("written with ppo.clip_eps (clip_ratio_low)"),
+        custom(("--actor.eps_clip_low_high",), _orl_clip_pair), "epsilon (GRPO)"),
+    Row("ppo.clip_eps_high", same("written with ppo.clip_eps (clip_ratio_high)"),
+        same("written with ppo.clip_eps_low (--actor.eps_clip_low_high)"), "epsilon_high (GRPO)"),
+    Row("ppo.dual_clip_c", custom((A + "clip_ratio_c",), _dual_clip(A + "clip_ratio_c", 1.0e9)),
+        custom(("--actor.dual_clip",), _dual_clip("--actor.dual_clip", None)), "delta (GRPO, a related bound)"),
     Row("ppo.vf_clip_eps", key("critic.cliprange_value", critic_only=True),
         key("--critic.value_clip", critic_only=True), "cliprange_value"),
     Row("ppo.vf_coef", custom((), _critic_gap("the critic has its own optimizer: no weight between the losses")),
@@ -425,6 +493,16 @@ ROWS = [
         same("one --algo.kl.estimator, written with the coefficient"), "—"),
     Row("algo.loss_agg_mode", custom((A + "loss_agg_mode", A + "loss_scale_factor"), _verl_agg),
         custom(("--actor.loss_agg_mode",), _orl_agg), "loss_type (GRPO)"),
+    Row("algo.policy_loss", key(A + "policy_loss.loss_mode"), custom(("--actor.policy_loss_type",), _orl_policy_loss),
+        "loss_type / importance_sampling_level (GRPO)"),
+    Row("algo.sapo_tau_pos", custom((A + "tau_pos",), _sapo_only(A + "tau_pos")), custom((), _sapo_only(None)), "—"),
+    Row("algo.sapo_tau_neg", custom((A + "tau_neg",), _sapo_only(A + "tau_neg")), custom((), _sapo_only(None)), "—"),
+    Row("algo.dynamic_sampling", custom(("algorithm.filter_groups.enable",), _verl_dynamic),
+        custom(("--algo.dynamic_filtering_enable",), _orl_dynamic), "—",
+        "OpenRLHF drops groups whose mean score is 0 or 1: the same for 0/1 scores only"),
+    Row("algo.max_sampling_rounds", same("written with algo.dynamic_sampling (max_num_gen_batches)"),
+        custom((), _if_on(lambda c, v: c.cfg.algo.dynamic_sampling, lambda c, v: Gap("no limit on refill rounds"))),
+        "—"),
     # train
     Row("train.steps", custom(("trainer.total_training_steps",), _verl_steps),
         custom(("--train.num_episodes", "--data.max_samples"), _orl_steps), "total_episodes",
@@ -467,6 +545,13 @@ ROWS = [
     Row("reward.path", custom((), _reward_path), custom((), _reward_path), "reward_model_path"),
     Row("reward.gold_length_coef", gap(COURSE_ONLY + " (the logged gold reward of chapter 06)"),
         gap(COURSE_ONLY + " (the logged gold reward of chapter 06)"), "—"),
+    Row("reward.overlong_buffer_len", custom((), _off(0, "the DAPO recipe's reward manager (overlong_buffer.len)")),
+        custom(("--reward.overlong_buffer_len",), _orl_overlong("--reward.overlong_buffer_len")),
+        "trl.rewards.get_soft_overlong_punishment"),
+    Row("reward.overlong_penalty", custom((), _verl_overlong_penalty),
+        custom(("--reward.overlong_penalty_factor",), _orl_overlong("--reward.overlong_penalty_factor")), "—"),
+    Row("reward.missing_eos_penalty", custom((), _off(0.0, "no missing-EOS penalty")),
+        custom((), _off(0.0, "no missing-EOS penalty")), "missing_eos_penalty (PPO, RLOO)"),
     # chapter 09: a sampler that is not the learner, and the importance-sampling corrections
     Row("sampler.dtype", custom((), _off("", "the engine's own inference dtype (vLLM's), not a copy made here")),
         custom((), _off("", "the engine's own inference dtype (vLLM's), not a copy made here")), "—"),

@@ -22,7 +22,7 @@ from ..tasks.data import PROMPT_STYLES
 
 __all__ = ["Config", "load_config", "ConfigError", "PRESETS", "validate", "uses_critic"]
 
-PRESETS = ("cpu", "cuda", "cpu-grpo", "cpu-drgrpo", "cpu-rloo", "cpu-reinforcepp")
+PRESETS = ("cpu", "cuda", "cpu-grpo", "cpu-drgrpo", "cpu-rloo", "cpu-reinforcepp", "cpu-dapo", "cpu-gspo", "cpu-cispo")
 DEVICES = ("auto", "cpu", "cuda")
 TASKS = ("synthetic", "long_synthetic", "gsm8k")
 OPTIMIZERS = ("adamw", "adamw8bit")
@@ -99,6 +99,9 @@ class RolloutConfig:
     """Sequences (episodes) sampled per PPO step, one rollout batch: batch_size / group_size prompts x group_size."""
     max_new_tokens: int = 24
     """Response length limit T."""
+    overlong_filter: bool = False
+    """Mask the tokens of responses cut at max_new_tokens (no EOS) out of the loss (DAPO's overlong filtering).
+    Chapter 08."""
     temperature: float = 1.0
     """Sampling temperature; the PPO logprobs use the same one."""
     generation_batch_size: int = 0
@@ -126,6 +129,14 @@ class PPOConfig:
     """Clip the global gradient norm to this (0 = no clipping)."""
     clip_eps: float = 0.2
     """Policy ratio clip range epsilon."""
+    clip_eps_low: float | None = None
+    """Lower clip range, ratio >= 1 - clip_eps_low (null = clip_eps; veRL's clip_ratio_low). Chapter 08."""
+    clip_eps_high: float | None = None
+    """Upper clip range, ratio <= 1 + clip_eps_high (null = clip_eps; veRL's clip_ratio_high). DAPO's clip-higher
+    sets 0.28 with clip_eps 0.2, so that unlikely tokens with A > 0 can rise further (arXiv 2503.14476). Chapter 08."""
+    dual_clip_c: float | None = None
+    """Dual-clip bound c > 1: for A < 0 the policy loss is also capped at -A * c (Ye et al., arXiv 1912.09729;
+    veRL's clip_ratio_c, which veRL always applies with 3). null = off. algo.policy_loss=vanilla only. Chapter 08."""
     vf_clip_eps: float = 0.2
     """Value clip range around the rollout's values (in reward units)."""
     vf_coef: float = 0.1
@@ -192,6 +203,20 @@ class AlgoConfig:
     loss_agg_mode: str = "token-mean"
     """How per-token policy losses are averaged: token-mean (PPO), seq-mean-token-mean (GRPO) or
     seq-mean-token-sum-norm (sum over tokens / (sequences x rollout.max_new_tokens); Dr. GRPO, Liu et al. 2025)."""
+    policy_loss: str = "vanilla"
+    """The policy objective (chapter 08; veRL's policy_loss.loss_mode): vanilla (PPO's clip, with ppo.clip_eps_low /
+    high and ppo.dual_clip_c), gspo (one ratio per sequence; its clip range is ~4e-4), cispo (a clipped, detached
+    IS weight on every token's log-prob gradient) or sapo (a soft gate instead of a clip)."""
+    sapo_tau_pos: float = 1.0
+    """SAPO's gate temperature for A > 0 (veRL's tau_pos)."""
+    sapo_tau_neg: float = 1.05
+    """SAPO's gate temperature for A <= 0 (veRL's tau_neg)."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: drop the groups whose scores all agree (advantage 0) and sample more prompts until
+    the batch is full (veRL's algorithm.filter_groups.enable). Logs rollout/dropped_groups and rollout/extra_samples.
+    Needs rollout.group_size >= 2; one process only. Chapter 08."""
+    max_sampling_rounds: int = 4
+    """At most this many sampling rounds per step (the first included; veRL's max_num_gen_batches)."""
 
 
 @dataclass
@@ -249,6 +274,13 @@ class RewardConfig:
     """With type=model: the reward model's folder (e.g. outputs/rm/final); frozen, scores normalised."""
     gold_length_coef: float = 0.05
     """With type=model on the synthetic task: the length charge of the gold reward logged as rollout/gold_reward."""
+    overlong_buffer_len: int = 0
+    """DAPO's soft overlong punishment: the score falls linearly by up to overlong_penalty over the last this many
+    tokens before rollout.max_new_tokens (veRL's reward_model.overlong_buffer.len). 0 = off. Chapter 08."""
+    overlong_penalty: float = 1.0
+    """Its size at the limit (veRL's overlong_buffer.penalty_factor)."""
+    missing_eos_penalty: float = 0.0
+    """Subtracted from the score of a response without EOS (TRL's missing_eos_penalty). 0 = off. Chapter 08."""
 
 
 @dataclass
@@ -502,6 +534,7 @@ def _validate_algo(c: Config) -> None:
     ):
         _check(value in allowed, f"algo.{key} must be one of {', '.join(allowed)}, got {value!r}")
     _check(a.kl_loss_coef >= 0, f"algo.kl_loss_coef must be >= 0, got {a.kl_loss_coef}")
+    _validate_objective(c)
     _check(
         uses_critic(c) or c.ppo.value_warmup_steps == 0,
         f"ppo.value_warmup_steps={c.ppo.value_warmup_steps} fits a critic, but algo.adv_estimator={a.adv_estimator} "
@@ -532,4 +565,39 @@ def _validate_correction(c: Config) -> None:
         k.mode == "decoupled" or (k.is_level is None and k.rs_level is None),
         "correction.mode=bypass clips against the sampler's logprobs themselves: set correction.is_level=null "
         "and correction.rs_level=null (or correction.mode=decoupled)",
+    )
+
+
+def _validate_objective(c: Config) -> None:
+    """The chapter 08 switches: a known objective, sensible clip ranges, groups for dynamic sampling."""
+    from ..objectives import POLICY_LOSSES
+
+    a, p = c.algo, c.ppo
+    _one_of(a.policy_loss, POLICY_LOSSES, "algo.policy_loss")
+    for key in ("clip_eps_low", "clip_eps_high"):
+        v = getattr(p, key)
+        _check(v is None or v > 0, f"ppo.{key} must be > 0 (or null = ppo.clip_eps), got {v}")
+    _check(p.clip_eps_low is None or p.clip_eps_low <= 1, f"ppo.clip_eps_low must be <= 1, got {p.clip_eps_low}")
+    _check(
+        p.dual_clip_c is None or (p.dual_clip_c > 1 and a.policy_loss == "vanilla"),
+        f"ppo.dual_clip_c must be > 1 and needs algo.policy_loss=vanilla (null = off), got {p.dual_clip_c}",
+    )
+    _check(a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0, "algo.sapo_tau_pos and algo.sapo_tau_neg must be > 0")
+    _check(
+        not a.dynamic_sampling or c.rollout.group_size >= 2,
+        "algo.dynamic_sampling drops groups whose scores agree: set rollout.group_size >= 2",
+    )
+    _check(a.max_sampling_rounds >= 1, f"algo.max_sampling_rounds must be >= 1, got {a.max_sampling_rounds}")
+    rw = c.reward
+    _check(
+        rw.overlong_buffer_len >= 0, f"reward.overlong_buffer_len must be >= 0 (0 = off), got {rw.overlong_buffer_len}"
+    )
+    _check(
+        rw.overlong_buffer_len < c.rollout.max_new_tokens,
+        f"reward.overlong_buffer_len ({rw.overlong_buffer_len}) must be below rollout.max_new_tokens "
+        f"({c.rollout.max_new_tokens})",
+    )
+    _check(
+        rw.overlong_penalty >= 0 and rw.missing_eos_penalty >= 0,
+        "reward.overlong_penalty and reward.missing_eos_penalty must be >= 0",
     )

@@ -12,15 +12,13 @@ How a step is shared by N ranks (rank r of N, B sequences per step):
    computed over the global batch by the unchanged single-process code, identically on every rank.
    Gathered in rank order, the rows are the step's prompts in order: a group's G rows stay contiguous.
 3. update: the minibatch order comes from the shuffle generator, identical on every rank; rank r
-   runs forward/backward on its share ``idx[r::N]`` of each minibatch. Its loss is reweighted by
-   ``N * n_r / n_all`` and the gradients are averaged over ranks, where n counts what the policy loss
-   averages over (``algo.loss_agg_mode``): tokens for token-mean, responses with a token for
-   seq-mean-token-mean, responses for seq-mean-token-sum-norm. The policy loss (and chapter 07's KL in
-   the loss, aggregated the same way) then has the gradient the single-process update takes. Terms that
-   are token means while the policy loss is not (the entropy bonus, a value loss) get each rank's token
-   mean weighted by its response share: close to, not equal to, the single-process gradient. The logged
-   losses are means over ranks weighted the same way, the token statistics (clipfrac, entropy, approx_kl,
-   value/*) by token counts, ``policy/max_abs_log_ratio`` a max: the single-process numbers.
+   runs forward/backward on its share ``idx[r::N]`` of each minibatch. Every term of its loss divides by
+   the global minibatch's counts (``losses.loss_units``: tokens, responses with a token, responses), so
+   the ranks' losses are shares that add up to the single-process loss; each is scaled by N because the
+   gradients are averaged over ranks. Every term (each objective, the value loss, the entropy bonus, the
+   KL in the loss) then has the single-process gradient, in every ``algo.loss_agg_mode``. The logged
+   losses and token statistics (clipfrac, entropy, approx_kl, value/*) are shares too, summed over ranks,
+   ``policy/max_abs_log_ratio`` a max: the single-process numbers.
 
 Gradients are averaged by an explicit ``all_reduce`` in a post-accumulate hook on each trainable
 parameter, not by wrapping the actor in ``DistributedDataParallel``: the trainer reaches into the
@@ -46,6 +44,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from ..losses import loss_units
 from ..rollout import Rollout
 from ..update import ppo_loss
 from . import resume
@@ -60,7 +59,6 @@ __all__ = [
     "init",
     "attach",
     "check_world",
-    "loss_units",
     "weights_digest",
     "DistributedPPOTrainer",
 ]
@@ -117,47 +115,30 @@ def broadcast_parameters(actor) -> None:
         dist.broadcast(t.data, src=0)
 
 
-def loss_units(mask: torch.Tensor, loss_agg_mode: str = "token-mean") -> torch.Tensor:
-    """What the policy loss averages over in a (B, T) ``mask``: tokens, responses with a token, or responses."""
-    if loss_agg_mode == "token-mean":
-        return mask.sum()
-    if loss_agg_mode == "seq-mean-token-mean":
-        return mask.any(dim=1).sum()
-    return torch.tensor(mask.shape[0])  # seq-mean-token-sum-norm: sum / (B * T_max)
+def _rank_scaled(loss_fn):
+    """``loss_fn`` times N: each rank's loss is its share of the minibatch's loss (every term divides by the
+    global minibatch's counts, ``mb["units"]``), and the gradient hooks average over the N ranks."""
 
-
-LOSS_STATS = ("policy/loss", "kl/loss", "loss/total")
-"""Logged statistics averaged the way the policy loss is (``algo.loss_agg_mode``); the others are token means."""
-
-
-def _token_weighted(loss_fn):
-    """A ``loss_fn`` whose loss is scaled so that the rank-averaged gradient is the global mean (module doc, 3)."""
-    mode = getattr(loss_fn, "keywords", {}).get("loss_agg_mode", "token-mean")  # setup.algo_loss's partial
-
-    def weighted(actor, part, *args):
+    def scaled(actor, part, *args):
         loss, stats = loss_fn(actor, part, *args)
-        mask = part["mask"]
-        counts = torch.stack([loss_units(mask, mode), mask.sum()]).to(torch.float64)
-        units, tokens = (counts / _all_sum(counts)).tolist()
-        stats = dict(stats)
-        stats["_units"], stats["_tokens"] = units, tokens  # the weights of this rank's stats in the global means
-        return loss * (world_size() * units), stats
+        return loss * world_size(), stats
 
-    return weighted
+    return scaled
 
 
 def _distributed_update(minibatch_update, actor, optimizer, mb: dict, **kwargs) -> dict:
     """Run ``minibatch_update`` on this rank's share of ``mb``; return statistics over the global minibatch."""
     r, n = rank(), world_size()
     local = {k: (v[r::n] if torch.is_tensor(v) else v) for k, v in mb.items()}
+    local["units"] = loss_units(mb["mask"])  # every rank holds the whole minibatch: its counts are the global ones
+    if "policy_mask" in mb:  # chapter 09: the policy loss counts the global minibatch's kept tokens
+        local["policy_units"] = loss_units(mb["policy_mask"])
     loss_fn = kwargs.pop("loss_fn", None) or ppo_loss
-    stats = minibatch_update(actor, optimizer, local, loss_fn=_token_weighted(loss_fn), **kwargs)
-    units, tokens = stats.pop("_units"), stats.pop("_tokens")  # means over micro-batches of each one's shares
+    stats = minibatch_update(actor, optimizer, local, loss_fn=_rank_scaled(loss_fn), **kwargs)
     keys = sorted(k for k in stats if k not in ("train/grad_norm", "train/skipped", "policy/max_abs_log_ratio"))
-    weights = [units if k in LOSS_STATS else tokens for k in keys]
-    sums = _all_sum(torch.tensor([stats[k] * w for k, w in zip(keys, weights)] + [units, tokens], dtype=torch.float64))
+    sums = _all_sum(torch.tensor([stats[k] for k in keys], dtype=torch.float64))  # shares of the global means
     out = dict(stats)
-    out.update({k: (sums[i] / sums[-2 if k in LOSS_STATS else -1]).item() for i, k in enumerate(keys)})
+    out.update({k: sums[i].item() for i, k in enumerate(keys)})
     if "policy/max_abs_log_ratio" in stats:
         m = torch.tensor([stats["policy/max_abs_log_ratio"]], dtype=torch.float64)
         dist.all_reduce(m, op=dist.ReduceOp.MAX)
@@ -223,6 +204,8 @@ def gather_rollout(ro, pad_id: int):
 def check_world(cfg, n: int) -> None:
     """Refuse (ConfigError, one line) a batch that N ranks cannot share in whole groups of rollout.group_size."""
     B, G = cfg.rollout.batch_size, cfg.rollout.group_size
+    if cfg.algo.dynamic_sampling and n > 1:  # each rank would refill its own slice: the ranks' batches would differ
+        raise ConfigError(f"algo.dynamic_sampling runs in one process only: set it false for {n} ranks")
     if B % (n * G):  # each rank's contiguous slice of B / N rows must hold whole groups of G
         what = f"the {n} ranks" if G == 1 else f"{n} ranks x rollout.group_size={G} (whole groups per rank)"
         raise ConfigError(f"rollout.batch_size={B} must be a multiple of {what}: set it to a multiple of {n * G}")

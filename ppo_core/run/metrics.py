@@ -110,10 +110,9 @@ def read_metrics(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def plot_dashboard(records: list[dict], path=None, keys=DASHBOARD_KEYS):
-    """A grid of the main curves against the step; saved as PNG if ``path`` is given. Returns the figure."""
+def plot_dashboard(records: list[dict], path=None, keys=DASHBOARD_KEYS, cols: int = 4):
+    """The main curves against the step, ``cols`` panels a row; a PNG at ``path`` if given. Returns the figure."""
     keys = [k for k in keys if any(k in r for r in records)]
-    cols = 4
     rows = max(1, -(-len(keys) // cols))
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
     for ax, key in zip(axes.flat, keys):

@@ -8,6 +8,8 @@ ratios where its gradient with respect to r is zero: r > 1 + eps when A > 0, r <
 - ``clip_widget()``: displays a live ipywidgets slider for ``clip_eps`` in Jupyter; in the static book the
   same output carries precomputed frames with a JavaScript slider (see ``_fallback.py``), the same
   contract as ``gae_widget()``. ``clip_widget(show=False)`` only builds and returns the live box.
+- Chapter 08: ``objectives_figure(label)`` / ``objectives_widget()``: the objectives of ``OBJECTIVES``
+  (clip-higher, dual-clip, GSPO, CISPO, SAPO) and their gradients against the ratio, computed by the package.
 """
 
 import io
@@ -24,6 +26,11 @@ __all__ = [
     "clip_fallback_html",
     "clip_widget",
     "EPS_VALUES",
+    "OBJECTIVES",
+    "objective_curves",
+    "objectives_figure",
+    "objectives_fallback_html",
+    "objectives_widget",
 ]
 
 EPS_VALUES = tuple(round(0.05 * k, 2) for k in range(1, 11))  # the slider's clip_eps values, 0.05 .. 0.50
@@ -150,3 +157,88 @@ def clip_widget(show: bool = True, clip_eps: float = 0.2):
     if not show:
         return box
     display_with_fallback(box, clip_fallback_html())
+
+
+# --- chapter 08: the objectives of reasoning-model trainers, against the ratio ----------------------------
+
+OBJECTIVES = {  # label -> (objectives.compute_policy_loss name, its switches)
+    "PPO (clip 0.2)": ("vanilla", {"clip_eps": 0.2}),
+    "clip-higher (0.2 / 0.28)": ("vanilla", {"clip_eps": 0.2, "clip_eps_high": 0.28}),
+    "dual-clip (c = 1.5)": ("vanilla", {"clip_eps": 0.2, "dual_clip_c": 1.5}),
+    "GSPO (one token; 0.1)": ("gspo", {"clip_eps": 0.1}),
+    "CISPO (0.2 / 0.28)": ("cispo", {"clip_eps_low": 0.2, "clip_eps_high": 0.28}),
+    "SAPO (tau 1 / 1.05)": ("sapo", {"tau_pos": 1.0, "tau_neg": 1.05}),
+}
+"""The switches the chapter 08 figure compares (veRL's semantics, ``objectives.POLICY_LOSSES``)."""
+
+
+def objective_curves(label: str, advantage: float, ratio) -> tuple[torch.Tensor, torch.Tensor]:
+    """(objective, gradient) of one token against the ratio, from ``objectives.compute_policy_loss`` itself:
+    the objective is -loss (for CISPO, whose loss is no function of r, A plus the integral of its gradient from r = 1),
+    the gradient is -d loss / d log pi_theta, the weight on grad log pi_theta."""
+    from ..objectives import compute_policy_loss
+
+    name, switches = OBJECTIVES[label]
+    ratio = torch.as_tensor(ratio, dtype=torch.float64)
+    old = torch.full((ratio.numel(), 1), -1.0, dtype=torch.float64)
+    logprobs = (old + ratio.log().reshape(-1, 1)).requires_grad_(True)
+    adv, mask = torch.full_like(old, advantage), torch.ones_like(old, dtype=torch.bool)
+    loss, _ = compute_policy_loss(name, logprobs, old, adv, mask, loss_agg_mode="seq-mean-token-sum-norm", **switches)
+    (grad,) = torch.autograd.grad(loss * ratio.numel(), logprobs)  # each row its own token: undo the mean
+    weight = -grad.flatten()
+    if name != "cispo":  # -loss, one row at a time (the aggregation sums rows / B)
+        rows = [-compute_policy_loss(name, logprobs[i : i + 1], old[i : i + 1], adv[:1], mask[:1], **switches)[0]
+                for i in range(ratio.numel())]  # fmt: skip
+        return torch.stack(rows).detach(), weight
+    dlogr = torch.diff(ratio.log(), prepend=ratio.log()[:1])  # J(r) = integral of weight d log r, J(1) = 0
+    objective = torch.cumsum(weight * dlogr, 0)
+    return objective - objective[torch.argmin((ratio - 1).abs())] + advantage, weight  # J(1) = A, as PPO's
+
+
+def objectives_figure(label: str = "PPO (clip 0.2)", advantages: tuple[float, float] = (1.0, -1.0)) -> Figure:
+    """2 x 2 panels: objective (top) and its gradient weight on grad log pi (bottom) against the ratio, for
+    A > 0 and A < 0; PPO's symmetric clip dashed for comparison."""
+    ratio = torch.linspace(0.05, RATIO_MAX, 300, dtype=torch.float64)
+    fig = Figure(figsize=(8.4, 5.0))
+    axes = fig.subplots(2, len(advantages), sharex=True)
+    for col, a in enumerate(advantages):
+        base = objective_curves("PPO (clip 0.2)", a, ratio)
+        mine = objective_curves(label, a, ratio)
+        for row, what in enumerate(("objective (maximised)", "gradient weight on ∇log π")):
+            ax = axes[row, col]
+            ax.plot(ratio, base[row], "--", color="0.5", lw=1.2, label="PPO (clip 0.2)")
+            ax.plot(ratio, mine[row], color="tab:blue", lw=2.2, label=label)
+            ax.axvline(1.0, color="k", lw=0.6)
+            ax.axhline(0.0, color="k", lw=0.4)
+            ax.grid(alpha=0.25)
+            if col == 0:
+                ax.set_ylabel(what, fontsize=9)
+        axes[0, col].set_title(f"A = {a:+g}", fontsize=10)
+        axes[1, col].set_xlabel("ratio r = π_θ / π_old")
+    axes[0, 0].legend(loc="upper left", fontsize=8)
+    fig.suptitle(f"{label}: where the gradient stops, and how", fontsize=11)
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.1, top=0.88, wspace=0.2, hspace=0.12)
+    return fig
+
+
+def objectives_fallback_html(dpi: int = 66) -> str:
+    """The kernel-free version: one precomputed PNG per objective and a JavaScript slider."""
+    return frames_html(
+        lambda objective: _png(objectives_figure(objective), dpi=dpi),
+        {"objective": list(OBJECTIVES)},
+        title="Objective and gradient against the ratio (drag to change the objective)",
+    )
+
+
+def objectives_widget(show: bool = True, label: str = "PPO (clip 0.2)"):
+    """The chapter 08 widget: a dropdown over ``OBJECTIVES``, live in Jupyter, precomputed in the static book
+    (the contract of ``clip_widget``)."""
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    choice = widgets.Dropdown(options=list(OBJECTIVES), value=label, description="objective")
+    out = widgets.interactive_output(lambda objective: display(objectives_figure(objective)), {"objective": choice})
+    box = widgets.VBox([choice, out])
+    if not show:
+        return box
+    display_with_fallback(box, objectives_fallback_html())

@@ -53,8 +53,8 @@ BUGS = [
         ("rewards = torch.where(mask, -kl_coef * kl, zeros)", "rewards = torch.where(mask, kl_coef * kl, zeros)")]),
     ("f: score on the first response token", "ppo_core/gae.py", [
         ("rewards[rows, last[rows]] += scores[rows]", "rewards[rows, mask.int().argmax(1)[rows]] += scores[rows]")]),
-    ("g: gradient accumulation without dividing the loss", "ppo_core/update.py", [
-        ("(loss / grad_accum_steps).backward()", "loss.backward()")]),
+    ("g: gradient accumulation: each micro-batch divided by its own token count", "ppo_core/update.py", [
+        ('part["units"] = units', 'part.pop("units", None)')]),
     ("h: critic targets computed with the policy's lambda (ppo.lam_value ignored)", "ppo_core/trainer.py", [
         ("_, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam_value)",
          "_, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam)")]),
