@@ -70,12 +70,15 @@ def _overrides(model, out, steps, *extra):
 
 
 LORA = ("ppo.separate_critic=false", "model.lora.r=4", "model.lora.alpha=8", "model.lora.target_modules=all-linear")
+CORRECTION = ("sampler.dtype=bfloat16", "correction.is_level=token", "correction.rs_level=token",
+              "correction.rs_threshold=1.01", "ppo.grad_accum_steps=2")  # fmt: skip
+"""Chapter 09: weights and a kept-token mask from the sampler's logprobs; each rank divides by the global kept count."""
 
 
 @pytest.mark.parametrize(
     "extra",
-    [("ppo.separate_critic=false",), ("ppo.separate_critic=true", "ppo.value_epochs=3"), LORA],
-    ids=["shared-critic", "separate-critic", "lora"],
+    [("ppo.separate_critic=false",), ("ppo.separate_critic=true", "ppo.value_epochs=3"), LORA, CORRECTION],
+    ids=["shared-critic", "separate-critic", "lora", "correction"],
 )
 def test_two_ranks_update_equals_one_process(tiny_model_path, tmp_path, one_thread, extra):
     """One update on a saved rollout, on 2 ranks and in 1 process: the same weights and logged statistics
