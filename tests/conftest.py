@@ -26,6 +26,14 @@ def tiny_overrides():
 
 
 @pytest.fixture(scope="module")
+def restore_threads():
+    """Put torch's thread count back after a module whose in-process runs set ``train.num_threads``."""
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
 def one_thread():
     """Tiny matrices gain nothing from a second thread, and two threads crawl on a busy machine."""
     n = torch.get_num_threads()

@@ -32,11 +32,7 @@ def _overrides(model, out, *extra) -> list[str]:
     return _tiny_overrides(model, out, 4, *RUN, *extra)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _restore_threads():
-    n = torch.get_num_threads()  # in-process runs set train.num_threads=1
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("restore_threads")  # in-process runs set train.num_threads=1
 
 
 @pytest.fixture(scope="module")

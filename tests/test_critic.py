@@ -188,8 +188,8 @@ def test_decoupled_lambda_trains_the_critic_on_compute_gae_with_lam_value(tiny_m
 def test_old_settings_reproduce_the_old_run(tiny_model_path, tmp_path):
     """lam_value = null and lam_value = ppo.lam (a float equal to it) take the old code path: identical metrics.
 
-    (Against the code before these keys existed: the same 3-step run on main and here with these settings gave
-    identical metrics.jsonl files, times aside; see the report of issue 14.)"""
+    (Against the code before these keys existed, the same 3-step run with these settings gave identical
+    metrics.jsonl files, times aside.)"""
     runs = []
     old = ("ppo.value_lr=0", "ppo.value_warmup_steps=0")
     for i, extra in enumerate([(*old, "ppo.lam_value=null"), (*old, "ppo.lam_value=0.95", "ppo.lam=0.95")]):

@@ -1,4 +1,4 @@
-"""The ``cuda`` preset end to end on the CPU, against the hub-shaped model (issue 13).
+"""The ``cuda`` preset end to end on the CPU, against the hub-shaped model.
 
 What a reader with a GPU runs first: ``--config cuda`` (a Qwen2-architecture chat checkpoint, GSM8K
 from a local folder, chat-template prompts, bf16 compute, bitsandbytes 8-bit AdamW, gradient
@@ -40,7 +40,7 @@ def test_cuda_preset_runs_on_the_cpu_against_a_hub_shaped_model(tmp_path, separa
     cfg = load_config("cuda", argv[2:])
     assert (cfg.model.dtype, cfg.ppo.optimizer, cfg.data.prompt_style) == ("bfloat16", "adamw8bit", "chat")
     assert cfg.model.gradient_checkpointing and cfg.ppo.grad_accum_steps == 2
-    assert (cfg.ppo.lam, cfg.ppo.lam_value, cfg.ppo.value_lr) == (1.0, 1.0, 1e-5)  # the preset's critic (issue 14)
+    assert (cfg.ppo.lam, cfg.ppo.lam_value, cfg.ppo.value_lr) == (1.0, 1.0, 1e-5)  # the preset's critic
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert main(argv) == 0

@@ -1,4 +1,4 @@
-"""The learner copies (issue 5): generated from the chapters, up to date, without solutions, with the
+"""The learner copies: generated from the chapters, up to date, without solutions, with the
 conventions every exercise follows; the progress summary; the rejection tests of every checker.
 
 The learner copies themselves run under nbval (``pytest exercises``), where ``exercises/conftest.py``

@@ -47,11 +47,7 @@ def _overrides(model, out, steps=3, *extra) -> list[str]:
     return _tiny_overrides(model, out, steps, *RUN, *extra)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _restore_threads():
-    n = torch.get_num_threads()  # in-process runs set train.num_threads=1
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("restore_threads")  # in-process runs set train.num_threads=1
 
 
 @pytest.fixture(scope="module")
