@@ -22,7 +22,7 @@ from ppo_core.run.config import PRESETS, Config, load_config
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "book" / "big_trainers.md"
 FIXTURES = ROOT / "tests" / "fixtures"
-SHOWN = "cuda"  # the preset whose export the tables show (a real model on GSM8K)
+SHOWN = "cuda"  # the preset whose export the page shows (a real model on GSM8K)
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 FILES = {"train": "data/train", "test": "data/test", "reward": "reward_fn.py"}
 SECTIONS = {
@@ -56,7 +56,7 @@ It writes the engine's settings (veRL {VERL_VERSION}: Hydra overrides of `verl.t
 with `prompt`, `reward_model.ground_truth` and `data_source`; OpenRLHF: JSONL with `input` and `label`), the
 reward hook `reward_fn.py` (this course's own GSM8K scorer: veRL's built-in one reads `#### 72.`, `####72` and
 `#### $72` differently), `run.sh`, and `unmapped.txt`, every key with no counterpart and why. Every mapped key is
-written, so the engine's defaults, which often differ (the tables show them), never decide a setting silently.
+written, so the engine's defaults, which often differ (the lists show them), never decide a setting silently.
 The test suite checks each exported name and value type against the engines' own schemas, for every preset.
 
 The lists below are the export of the `{SHOWN}` preset (with `model.name_or_path={MODEL}`): each `ppo_core` key
