@@ -51,9 +51,10 @@ def meta(command: str) -> dict:
     }
 
 
-def save_result(path: str | Path, data: dict, command: str) -> Path:
-    """Write ``data`` with its ``meta`` as indented JSON at ``path`` (folders made as needed); returns the path."""
+def save_result(path: str | Path, data: dict, command: str, **more_meta) -> Path:
+    """Write ``data`` with its ``meta`` (and ``more_meta``, e.g. the load average) as indented JSON at ``path``
+    (folders made as needed); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"meta": meta(command), **data}, indent=1) + "\n")
+    path.write_text(json.dumps({"meta": {**meta(command), **more_meta}, **data}, indent=1) + "\n")
     return path
