@@ -1,17 +1,20 @@
 """ppo_core's PPO against TRL's PPOTrainer, side by side in one process: time per update, tokens/s, rewards.
 
-    python3 -m venv .venv && .venv/bin/pip install -q -r requirements.txt -r benchmarks/requirements-trl.txt
-    .venv/bin/python benchmarks/vs_trl.py                  # like-for-like, as designed, the quick scale grid
-    .venv/bin/python benchmarks/vs_trl.py --full           # the full grid: batch 8 -> 256, response 16 -> 128
-    .venv/bin/python benchmarks/vs_trl.py --grid none --updates 40    # longer reward curves only
-    .venv/bin/python benchmarks/vs_trl.py --device cuda --qwen-0.5b   # GPU report (never measured by the authors)
+    python3 -m venv .venv-trl && .venv-trl/bin/pip install -q -r requirements.txt -r benchmarks/requirements-trl.txt
+    .venv-trl/bin/python benchmarks/vs_trl.py              # like-for-like, as designed, the quick scale grid
+    .venv-trl/bin/python benchmarks/vs_trl.py --grid none --save benchmarks/results/performance/vs_trl.json
+    .venv-trl/bin/python benchmarks/vs_trl.py --full       # the full grid: batch 8 -> 256, response 16 -> 128
+    .venv-trl/bin/python benchmarks/vs_trl.py --device cuda --qwen-0.5b   # GPU report (never measured by the authors)
 
+TRL lives in a virtual environment of its own (``.venv-trl``): the course's ``.venv`` never installs it.
 The peer is TRL's ``PPOTrainer`` from ``trl.experimental.ppo`` (trl 1.12.0, the last release that has
 it). What is equal, by construction:
 
 * the model: the course's tiny Llama (``ppo_core.tasks.tiny``, warm-started by ``ppo_core.tasks.warmstart``); TRL's
   value (and reward) model is ``AutoModelForSequenceClassification(num_labels=1)`` loaded from the
   same folder, so its trunk starts from the same weights;
+* the architecture: both train a value model of their own, a copy of the policy's trunk with a linear
+  head (ours: the cpu preset's ``ppo.separate_critic``), over whole rows, in scoring and in every minibatch;
 * the tokenizer, the prompts (the synthetic task's; *the same records in every update*: TRL's data
   loader picks a batch, ours is handed the same questions), batch size, minibatches, PPO epochs,
   response length, temperature, learning rate (constant in both), KL coefficient (k1), clip ranges,
@@ -29,23 +32,26 @@ the table reports the median of the rest.
 
 What differs by design, and the two settings we report:
 
-* TRL trains a separate value network (a second trunk: one more forward in scoring, a second
-  forward + backward per minibatch); ours puts a linear value head on the policy's trunk, so one
-  forward gives logits and values.
 * TRL scores with a learned reward model (one more forward); ours uses the task's rule reward.
   ``like-for-like`` gives TRL the same rule reward, wrapped as a zero-cost "reward model" module
-  (``RuleRewardModel``), and turns off the two loss extras TRL lacks in ours (entropy bonus,
-  gradient clipping), so the algorithms match and only the architecture differs.
-  ``as designed`` runs our default config against TRL with a reward model (a copy of the trunk with
-  an untrained score head: its scores are meaningless, its cost is real).
-* TRL takes the old logprobs from ``generate``'s scores and runs its value model on the whole
-  sequence; ours gets old logprobs and values from one actor forward over the response positions,
-  reusing the prompt's keys and values that ``generate`` computed (``ppo_core.rollout``).
+  (``RuleRewardModel``), and sets ours to what TRL has (``LIKE_FOR_LIKE``): no entropy bonus, no gradient
+  clipping, the critic at the policy's learning rate and lambda (TRL has one optimizer and one ``lam``).
+  ``as designed`` runs the cpu preset as it is (the critic at its own ``ppo.value_lr`` and
+  ``ppo.lam_value``) against TRL with a reward model (a copy of the trunk with an untrained score head:
+  its scores are meaningless, its cost is real).
+* TRL takes the old logprobs from ``generate``'s scores; ours runs the actor over the response
+  positions only, reusing the prompt's keys and values that ``generate`` computed
+  (``ppo_core/fastpaths.py``). TRL's training forward applies the LM head at every position, ours at
+  the response positions.
 * TRL calls ``gc.collect()`` twice per update; the table shows that time, and the ratio without it.
 
 Tokens/s per phase count the tokens that phase processes: generation B*T (sampled tokens, finished
 rows included); scoring B*(P+T) (sequence tokens, whatever the number of models); update
-epochs*B*(P+T).
+epochs*B*(P+T). GFLOP/s of the update: ``benchmarks/flops.py``'s count of its matmuls over the update's
+seconds, beside a large float32 matmul's GFLOP/s on the same threads. Per trunk (actor, critic), backward = 2
+forwards: ``epochs * 3 * (2 N B L + 2 layers B L^2 q + 2 H V B h)``, with N the trunk's matmul weights,
+L = P+T, q = attention heads x head_dim, h the LM head's positions per row (ours T, TRL L, a critic 0).
+``--save PATH`` writes every number above, the grid's and ``meta`` (machine, load average) as JSON.
 """
 
 import argparse
@@ -56,7 +62,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -72,6 +78,8 @@ warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renam
 warnings.filterwarnings("ignore", message="data.max_prompt_len")  # the grid's T=128 lowers the prompt limit: expected
 
 import torch  # noqa: E402
+from flops import matmul_rate, update_flops  # noqa: E402  (benchmarks/ is on sys.path: this script's folder)
+from results_meta import save_result  # noqa: E402
 from torch import nn  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
@@ -91,8 +99,8 @@ class Setting:
     ours_overrides: list = field(default_factory=list)
 
 
-LIKE_FOR_LIKE = ["ppo.ent_coef=0.0", "ppo.max_grad_norm=0.0"]
-"""TRL has no entropy bonus, no gradient clipping, and a value model that reads only the tokens."""
+LIKE_FOR_LIKE = ["ppo.ent_coef=0.0", "ppo.max_grad_norm=0.0", "ppo.value_lr=0.0", "ppo.lam_value=null"]
+"""As TRL: no entropy bonus, no gradient clipping, one learning rate (0 = ppo.lr) and one lambda for both models."""
 
 
 def ours_config(s: Setting, model_path: str, out_dir: str, threads: int, device: str, dtype: str):
@@ -283,45 +291,6 @@ def _phases(u: Update, epochs: int) -> dict:
     return {"gen": B * T / u.gen, "score": B * (P + T) / u.score, "update": epochs * B * (P + T) / u.update}
 
 
-def forward_flops(cfg, B: int, L: int, T: int, lm_head: bool = True) -> float:
-    """Approximate FLOPs of one forward over B sequences of L tokens (LM head on the T response positions only).
-
-    2 per multiply-add: 2 * (trunk parameters) per token, causal attention 2 * layers * L^2 * hidden per
-    sequence (QK^T and AV, half of the L x L scores), and 2 * hidden * V per scored response token.
-    """
-    c = cfg.get_text_config()
-    H, V, layers, inter = c.hidden_size, c.vocab_size, c.num_hidden_layers, c.intermediate_size
-    kv = H * getattr(c, "num_key_value_heads", c.num_attention_heads) // c.num_attention_heads
-    per_layer = 2 * H * H + 2 * H * kv + 3 * H * inter  # q, o, k, v projections, gated MLP (Llama / Qwen2)
-    flops = B * L * 2 * layers * per_layer + 2 * layers * B * L * L * H
-    return flops + (2 * H * V * B * T if lm_head else 0)
-
-
-def update_flops(cfg, u: "Update", epochs: int, trunks: int) -> float:
-    """FLOPs of the PPO epochs of one update: forward + backward = 3 forwards, for each trained trunk."""
-    B, P, T = u.shape
-    return (
-        epochs * 3 * (forward_flops(cfg, B, P + T, T) + (trunks - 1) * forward_flops(cfg, B, P + T, T, lm_head=False))
-    )
-
-
-def matmul_rate(device: str = "cpu") -> float:
-    """FLOP/s of a large float32 matrix product on the device the benchmark runs on: what the hardware gives a GEMM."""
-    n = 1024 if device == "cpu" else 8192
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    a @ b
-    best = float("inf")
-    for _ in range(3):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        a @ b
-        if device == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best
-
-
 def run_pair(
     s: Setting, model_path: str, threads: int, device: str = "cpu", dtype: str = "float32", quiet: bool = False
 ) -> tuple[list[Update], list[Update]]:
@@ -434,28 +403,34 @@ def _median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def summarize(s: Setting, trl_side: list[Update], ours_side: list[Update], model_cfg=None) -> dict:
-    trl_t, ours_t = trl_side[1:], ours_side[1:]  # drop the warm-up
-    out = {"setting": s.name, "trl": _median([u.total for u in trl_t]), "ours": _median([u.total for u in ours_t])}
-    out["ratio"] = out["ours"] / out["trl"]
-    out["trl_cpu"], out["ours_cpu"] = _median([u.cpu for u in trl_t]), _median([u.cpu for u in ours_t])
-    out["cpu_ratio"] = out["ours_cpu"] / out["trl_cpu"]
-    out["trl_gc"] = _median([u.gc for u in trl_t])
+def summarize(s: Setting, trl_side: list[Update], ours_side: list[Update], model_cfg=None, critic_trunk=True) -> dict:
+    """Medians over the timed updates (the warm-up dropped); ``critic_trunk``: ours trains a separate critic."""
+    trl_t, ours_t = trl_side[1:], ours_side[1:]
+    out = {"setting": s.name, "trl_s": _median([u.total for u in trl_t]), "ours_s": _median([u.total for u in ours_t])}
+    out["ratio"] = out["ours_s"] / out["trl_s"]
+    out["trl_gc_s"] = _median([u.gc for u in trl_t])
+    out["ratio_without_gc"] = out["ours_s"] / _median([u.total - u.gc for u in trl_t])
+    out["trl_cpu_s"], out["ours_cpu_s"] = _median([u.cpu for u in trl_t]), _median([u.cpu for u in ours_t])
+    out["cpu_ratio"] = out["ours_cpu_s"] / out["trl_cpu_s"]
     for side, ups in (("trl", trl_t), ("ours", ours_t)):
         rates = [_phases(u, s.ppo_epochs) for u in ups]
         for k in ("gen", "score", "update"):
             out[f"{side}_{k}_s"] = _median([getattr(u, k) for u in ups])
-            out[f"{side}_{k}_tps"] = _median([r[k] for r in rates])
-        out[f"{side}_reward"] = [u.reward for u in ups]
-        out[f"{side}_PT"] = (_median([u.shape[1] for u in ups]), _median([u.shape[2] for u in ups]))
+            out[f"{side}_{k}_tok_s"] = _median([r[k] for r in rates])
+        out[f"{side}_P"], out[f"{side}_T"] = _median([u.shape[1] for u in ups]), _median([u.shape[2] for u in ups])
+        out[f"{side}_rewards"] = [u.reward for u in ups]
     out["ratios"] = [o.total / t.total for o, t in zip(ours_t, trl_t)]
-    out["ratio_no_gc"] = out["ours"] / _median([u.total - u.gc for u in trl_t])
-    if model_cfg is not None:  # achieved FLOP/s in the PPO epochs; TRL trains two trunks (policy, value)
-        for side, ups, trunks in (("trl", trl_t, 2), ("ours", ours_t, 1)):
-            out[f"{side}_update_flops"] = _median(
-                [update_flops(model_cfg, u, s.ppo_epochs, trunks) / u.update for u in ups]
+    if model_cfg is not None:  # the GFLOP/s the PPO epochs reach (benchmarks/flops.py); TRL's LM head runs on P+T
+        for side, ups, critic in (("trl", trl_t, True), ("ours", ours_t, critic_trunk)):
+            out[f"{side}_update_gflops"] = _median(
+                [_update_gflops(model_cfg, u, s.ppo_epochs, critic, side == "trl") for u in ups]
             )
     return out
+
+
+def _update_gflops(cfg, u: Update, epochs: int, critic_trunk: bool, head_everywhere: bool) -> float:
+    B, P, T = u.shape
+    return update_flops(cfg, B, P, T, epochs, critic_trunk, P + T if head_everywhere else T) / u.update / 1e9
 
 
 def print_summary(r: dict, s: Setting) -> None:
@@ -467,35 +442,35 @@ def print_summary(r: dict, s: Setting) -> None:
     )
     print(f"  {'':8} {'s/update':>9} {'generation':>22} {'scoring':>22} {'update':>22}   P, T (median)")
     for side, name in (("trl", "TRL"), ("ours", "ours")):
-        cells = [f"{r[f'{side}_{k}_s']:5.2f} s {r[f'{side}_{k}_tps']:7.0f} tok/s" for k in ("gen", "score", "update")]
+        cells = [f"{r[f'{side}_{k}_s']:5.2f} s {r[f'{side}_{k}_tok_s']:7.0f} tok/s" for k in ("gen", "score", "update")]
         print(
-            f"  {name:8} {r[side]:9.2f} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22}   {r[f'{side}_PT'][0]:.0f}, "
-            f"{r[f'{side}_PT'][1]:.0f}"
+            f"  {name:8} {r[f'{side}_s']:9.2f} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22}   "
+            f"{r[f'{side}_P']:.0f}, {r[f'{side}_T']:.0f}"
         )
-    speed = [r[f"ours_{k}_tps"] / r[f"trl_{k}_tps"] for k in ("gen", "score", "update")]
+    speed = [r[f"ours_{k}_tok_s"] / r[f"trl_{k}_tok_s"] for k in ("gen", "score", "update")]
     print(
         f"  ratio ours/TRL time per update: {r['ratio']:.2f} (per update {lo:.2f}..{hi:.2f}); in CPU seconds "
-        f"{r['ours_cpu']:.2f}/{r['trl_cpu']:.2f} = {r['cpu_ratio']:.2f}"
+        f"{r['ours_cpu_s']:.2f}/{r['trl_cpu_s']:.2f} = {r['cpu_ratio']:.2f}"
     )
     print(
         f"  throughput ours/TRL: generation {speed[0]:.2f}x, scoring {speed[1]:.2f}x, update {speed[2]:.2f}x; "
-        f"TRL's gc.collect() calls: {r['trl_gc']:.2f} s per update (ratio without them: {r['ratio_no_gc']:.2f})"
+        f"TRL's gc.collect() calls: {r['trl_gc_s']:.2f} s per update (ratio without them: {r['ratio_without_gc']:.2f})"
     )
-    if "ours_update_flops" in r:
+    if "ours_update_gflops" in r:
         print(
-            f"  PPO epochs' arithmetic (estimate): ours {r['ours_update_flops'] / 1e9:.0f} GFLOP/s, TRL "
-            f"{r['trl_update_flops'] / 1e9:.0f} GFLOP/s (policy and value trunks); a large fp32 matmul here: "
-            f"{r['matmul'] / 1e9:.0f} GFLOP/s"
+            f"  PPO epochs' arithmetic (benchmarks/flops.py): ours {r['ours_update_gflops']:.1f} GFLOP/s, TRL "
+            f"{r['trl_update_gflops']:.1f} GFLOP/s (actor and critic trunks); a large fp32 matmul here: "
+            f"{r['matmul_gflops']:.1f} GFLOP/s"
         )
 
 
 def print_rewards(r: dict, batch_size: int) -> None:
     print(f"\n  mean task reward per update ({batch_size} episodes each), {r['setting']}:")
     print("  update  episodes    TRL   ours")
-    for i, (t, o) in enumerate(zip(r["trl_reward"], r["ours_reward"]), 1):
+    for i, (t, o) in enumerate(zip(r["trl_rewards"], r["ours_rewards"]), 1):
         print(f"  {i:6d} {i * batch_size:9d}  {t:.3f}  {o:.3f}")
-    half = len(r["trl_reward"]) // 2
-    t2, o2 = statistics.fmean(r["trl_reward"][half:]), statistics.fmean(r["ours_reward"][half:])
+    half = len(r["trl_rewards"]) // 2
+    t2, o2 = statistics.fmean(r["trl_rewards"][half:]), statistics.fmean(r["ours_rewards"][half:])
     print(f"  mean over the second half: TRL {t2:.3f}, ours {o2:.3f}")
 
 
@@ -555,7 +530,8 @@ def warm_started_tiny() -> str:
     )
 
 
-def run_grid(batch_sizes, lengths, base_T: int, base_B: int, updates: int, threads: int, device: str) -> list[dict]:
+def run_grid(batch_sizes, lengths, base_T: int, base_B: int, updates: int, threads: int, device: str, on_row) -> list:
+    """Like-for-like on a fresh tiny model at each (B, T); ``on_row(row)`` after each point."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         path = random_tiny(Path(tmp) / "random-tiny")
@@ -574,9 +550,10 @@ def run_grid(batch_sizes, lengths, base_T: int, base_B: int, updates: int, threa
             trl_side, ours_side = run_pair(s, path, threads, device, quiet=True)
             r = summarize(s, trl_side, ours_side)
             rows.append({"B": B, "T": T, **r})
+            on_row(rows[-1])
             print(
-                f"  B={B:4d} T={T:4d}: TRL {r['trl']:7.2f} s  ours {r['ours']:7.2f} s  ratio {r['ratio']:.2f}  "
-                f"(generated T {r['trl_PT'][1]:.0f} / {r['ours_PT'][1]:.0f}; load {load_average()})",
+                f"  B={B:4d} T={T:4d}: TRL {r['trl_s']:7.2f} s  ours {r['ours_s']:7.2f} s  ratio {r['ratio']:.2f}  "
+                f"(generated T {r['trl_T']:.0f} / {r['ours_T']:.0f}; load {load_average()})",
                 flush=True,
             )
     return rows
@@ -588,7 +565,8 @@ def print_grid(rows: list[dict]) -> None:
     for r in rows:
         t = "/".join(f"{r[f'trl_{k}_s']:.2f}" for k in ("gen", "score", "update"))
         o = "/".join(f"{r[f'ours_{k}_s']:.2f}" for k in ("gen", "score", "update"))
-        print(f"  {r['B']:4d}  {r['T']:4d}  {r['trl']:7.2f}  {r['ours']:7.2f}  {r['ratio']:8.2f}   {t:>22}   {o:>23}")
+        times = f"{r['trl_s']:7.2f}  {r['ours_s']:7.2f}  {r['ratio']:8.2f}"
+        print(f"  {r['B']:4d}  {r['T']:4d}  {times}   {t:>22}   {o:>23}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -697,7 +675,6 @@ def qwen_report(args) -> None:
     )
     score(actor, ref, roT, 1.0, mb)
     L = roT.input_ids.shape[1]
-    n_body = n_params - cfg.vocab_size * cfg.hidden_size  # the tied embedding/LM head counted separately
     for opt_name in ("adamw", "adamw8bit"):
         optimizer = build_optimizer(actor, SimpleNamespace(optimizer=opt_name, lr=1e-6, weight_decay=0.0))
         idx = torch.arange(mb, device=device)
@@ -717,11 +694,7 @@ def qwen_report(args) -> None:
             torch.cuda.reset_peak_memory_stats(device)
         minibatch_update(actor, optimizer, batch, temperature=1.0)  # warm-up (creates the optimizer state)
         _, t = _timed(lambda o=optimizer, b=batch: minibatch_update(actor, o, b, temperature=1.0), device)
-        flops = 3 * (
-            2 * n_body * mb * L
-            + 2 * cfg.hidden_size * cfg.vocab_size * mb * T_gen
-            + 2 * cfg.num_hidden_layers * mb * L * L * cfg.hidden_size
-        )  # fwd + bwd = 3 x fwd; causal attention
+        flops = update_flops(cfg, mb, P, T_gen, 1, critic_trunk=False, head_positions=T_gen)  # one minibatch
         peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
         print(
             f"  update ({opt_name:9s}): minibatch {mb} x {L} tokens: {t:.3f} s, {flops / t / 1e12:.1f} TFLOP/s = "
@@ -764,6 +737,7 @@ def parse_args(argv=None):
     ap.add_argument("--grid-lengths", type=int, nargs="+", help="override the grid's response lengths")
     ap.add_argument("--grid-updates", type=int, default=2, help="timed updates per grid point (default 2)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--save", metavar="PATH", help="write the results as JSON, e.g. benchmarks/results/performance/...")
     ap.add_argument(
         "--qwen-0.5b",
         dest="qwen",
@@ -774,6 +748,15 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     if args.full:
         args.grid = "full"
+    if args.save and args.qwen:
+        ap.error("--save records the side-by-side runs; --qwen-0.5b only prints (drop one of them)")
+    if args.save:
+        try:
+            Path(args.save).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            ap.error(f"--save {args.save}: cannot make its folder ({e.strerror}): pass a writable path")
+        if Path(args.save).is_dir():
+            ap.error(f"--save {args.save} is a folder: pass a file path, e.g. {Path(args.save) / 'vs_trl.json'}")
     return args
 
 
@@ -782,12 +765,15 @@ def main(argv=None) -> None:
     from transformers import AutoConfig
     from transformers.utils.logging import disable_progress_bar
 
+    from ppo_core.run.config import load_config
+
     disable_progress_bar()  # "Loading weights" bars
     torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: no CUDA GPU is visible")
     print(f"machine: {machine()}")
     print(f"load average at start: {load_average()} (1, 5, 15 min)", flush=True)
+    load_start = [round(x, 2) for x in os.getloadavg()]
     if args.device == "cuda":
         print(
             "note: the CUDA path was written on a machine without a GPU and never run there: UNMEASURED. Phase "
@@ -812,7 +798,8 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     model_path = warm_started_tiny()
     print(f"model: the warm-started tiny Llama in {model_path} ({time.perf_counter() - t0:.0f} s to build or load)")
-    results = []
+    model_cfg = AutoConfig.from_pretrained(model_path)
+    results, grid = [], []
     for key in [k for k in args.settings if k != "none"]:
         s = settings[key]
         what = "TRL with the rule reward as a module" if s.trl_reward == "rule" else "TRL with a reward model"
@@ -821,9 +808,10 @@ def main(argv=None) -> None:
             flush=True,
         )
         trl_side, ours_side = run_pair(s, model_path, args.threads, args.device)
-        r = summarize(s, trl_side, ours_side, AutoConfig.from_pretrained(model_path))
-        r["matmul"] = matmul_rate(args.device)
+        r = summarize(s, trl_side, ours_side, model_cfg, load_config("cpu", s.ours_overrides).ppo.separate_critic)
+        r["matmul_gflops"] = matmul_rate(args.device) / 1e9
         results.append((s, r))
+        save(args, results, grid, load_start)
     print(f"\n== results (load average {load_average()})")
     for s, r in results:
         print_summary(r, s)
@@ -840,14 +828,39 @@ def main(argv=None) -> None:
             f"{updates} timed updates per point after a warm-up",
             flush=True,
         )
-        print_grid(run_grid(bs, ts, 32, 32, updates, args.threads, args.device))
+
+        def on_row(row: dict) -> None:
+            grid.append(row)
+            save(args, results, grid, load_start)
+
+        print_grid(run_grid(bs, ts, 32, 32, updates, args.threads, args.device, on_row))
     print(f"\nload average at the end: {load_average()}")
     for s, r in results:
         print(
-            f"RESULT {s.name}: ours {r['ours']:.2f} s/update, TRL {r['trl']:.2f} s/update, ratio ours/TRL "
+            f"RESULT {s.name}: ours {r['ours_s']:.2f} s/update, TRL {r['trl_s']:.2f} s/update, ratio ours/TRL "
             f"{r['ratio']:.2f} "
             f"(CPU seconds {r['cpu_ratio']:.2f})"
         )
+    if args.save:
+        print(f"saved {args.save}")
+
+
+def save(args, results: list, grid: list, load_start: list) -> None:
+    """Everything measured so far, rewritten after each setting and grid point: a run cut short keeps it."""
+    if not args.save:
+        return
+    import transformers
+    import trl
+
+    settings = [{"setting": s.name, **{k: v for k, v in asdict(s).items() if k != "name"}, **r} for s, r in results]
+    versions = {"transformers": transformers.__version__, "trl": trl.__version__}
+    save_result(
+        args.save,
+        {"settings": settings, "grid": grid},
+        command=" ".join(["python", *sys.argv]),
+        versions=versions,
+        load_average={"start": load_start, "end": [round(x, 2) for x in os.getloadavg()]},
+    )
 
 
 if __name__ == "__main__":
