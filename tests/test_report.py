@@ -108,3 +108,34 @@ def test_a_wide_table_of_records_is_split_to_fit_the_page():
     assert all(f"| {c} |" in shown for c in cols if c != "skipped") and "metric/number_7" in shown
     assert all(value in shown for r in rows for value in r[3:])
     assert "In every record: `skipped` = 0." in text  # one value in every row: a sentence, not a column
+
+
+def _vs_trl_setting(name: str, trl_s: float, ours_s: float) -> dict:
+    """One setting as benchmarks/vs_trl.py --save writes it (the keys the page reads)."""
+    phases = {f"{side}_{k}_tok_s": 1000.0 * i for i, side in enumerate(("trl", "ours"), 1) for k in ("gen", "score")}
+    return {"setting": name, "batch_size": 128, "minibatch_size": 64, "ppo_epochs": 2, "response_length": 24,
+            "trl_reward": "rule", "ours_overrides": ["ppo.ent_coef=0.0"], "trl_s": trl_s, "ours_s": ours_s,
+            "ratio": ours_s / trl_s, "trl_gc_s": 0.25, "ratio_without_gc": ours_s / (trl_s - 0.25),
+            "trl_update_tok_s": 3210.0, "ours_update_tok_s": 6543.0, **phases, "ratios": [0.5, 0.6, 0.7],
+            "ours_update_gflops": 12.34, "trl_update_gflops": 5.67, "matmul_gflops": 98.7}  # fmt: skip
+
+
+def test_the_trl_comparison_shows_every_saved_number_and_fits_the_page(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    (results / "performance").mkdir(parents=True)
+    load = {"start": [1.5, 1.25, 1.0], "end": [2.5, 2.0, 1.75]}
+    meta = {"machine": {"cpu": "a CPU"}, "date": "2026-01-02", "commit": "abc1234", "command": "python vs_trl.py",
+            "versions": {"trl": "1.12.0"}, "load_average": load}  # fmt: skip
+    data = {"meta": meta, "settings": [_vs_trl_setting("like-for-like", 8.0, 4.0)], "grid": [
+        {"B": 8, "T": 32, "trl_s": 1.5, "ours_s": 0.75, "ratio": 0.5}]}  # fmt: skip
+    (results / "performance" / "vs_trl.json").write_text(json.dumps(data))
+    monkeypatch.setattr(report, "RESULTS", results)
+    text = report.render("<!-- report: vs_trl performance -->\n<!-- /report -->", {})
+    for shown in ("| like-for-like | 8.00 | 4.00 | 0.50 | 0.25 | 0.52 |", "| TRL | 1000 | 1000 | 3210 |",
+                  "| ours | 2000 | 2000 | 6543 |", "| 12.3 | 5.7 | 98.7 | 13% |", "| 8 | 32 | 1.50 | 0.75 | 0.50 |",
+                  "median of 3 updates", "`ppo.ent_coef=0.0`", "trl 1.12.0", "1.50, 1.25, 1.00 at the start",
+                  "2.50, 2.00, 1.75 at the end", "commit `abc1234`"):  # fmt: skip
+        assert shown in text, shown
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    assert rows and max(map(len, rows)) <= report.PAGE_WIDTH
+    assert "yet" in report.vs_trl("no_such_folder")

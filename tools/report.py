@@ -73,7 +73,11 @@ def meta(*names: str) -> str:
         commands = m["command"] if isinstance(m["command"], list) else [m["command"]]
         note = m.get("recovered", "")  # a file saved before results_meta.py: what its history tells
         note = f" {note[:1].upper()}{note[1:]}." if note else ""
-        out.append(f"- `benchmarks/results/{name}`: machine: {_machine(m['machine'])}; date {m['date']}; "
+        versions = "".join(f", {k} {v}" for k, v in m.get("versions", {}).items())
+        if "load_average" in m:  # (1, 5, 15 min) when it started and when it ended
+            start, end = (", ".join(f"{x:.2f}" for x in m["load_average"][k]) for k in ("start", "end"))
+            note += f" Load average (1, 5, 15 min): {start} at the start, {end} at the end."
+        out.append(f"- `benchmarks/results/{name}`: machine: {_machine(m['machine'])}{versions}; date {m['date']}; "
                    f"commit `{m['commit']}`.{note}")  # fmt: skip
         out.append("\n  ```text\n" + "\n".join(f"  {c}" for c in commands) + "\n  ```")  # a long command scrolls
     return "\n".join(out)
@@ -281,6 +285,51 @@ def memory_logprobs(name: str) -> str:
     return printed[0].rstrip(":") + "\n\n" + table(["function", "all rows at once", "in chunks"], rows)
 
 
+TRAINERS = (("trl", "TRL"), ("ours", "ours"))
+PHASES = (("gen", "generation"), ("score", "scoring"), ("update", "update"))
+
+
+def vs_trl(folder: str) -> str:
+    """benchmarks/vs_trl.py's files: seconds per update, tokens/s per phase, the update's GFLOP/s, the grid."""
+    files = sorted((RESULTS / folder).glob("*.json")) if (RESULTS / folder).is_dir() else []
+    if not files:
+        return f"No results file under `benchmarks/results/{folder}/` yet."
+    return "\n\n".join(_vs_trl_file(path.relative_to(RESULTS).as_posix()) for path in files)
+
+
+def _vs_trl_file(name: str) -> str:
+    data = load(name)
+    settings = data["settings"]
+    out = [f"**`{name}`**", "\n".join(f"- {_vs_trl_setting(s)}" for s in settings)]
+    rows = [[s["setting"], f"{s['trl_s']:.2f}", f"{s['ours_s']:.2f}", f"{s['ratio']:.2f}", f"{s['trl_gc_s']:.2f}",
+             f"{s['ratio_without_gc']:.2f}"] for s in settings]  # fmt: skip
+    out.append(
+        "Seconds per update:\n\n" + records(["setting", "TRL s", "ours s", "ratio", "TRL gc s", "ratio, no gc"], rows)
+    )
+    rows = [[s["setting"], label] + [f"{s[f'{side}_{k}_tok_s']:.0f}" for k, _ in PHASES]
+            for s in settings for side, label in TRAINERS]  # fmt: skip
+    out.append("Tokens per second in each phase:\n\n" + records(["setting", "trainer"] + [n for _, n in PHASES], rows))
+    rows = [[s["setting"], f"{s['ours_update_gflops']:.1f}", f"{s['trl_update_gflops']:.1f}",
+             f"{s['matmul_gflops']:.1f}", f"{s['ours_update_gflops'] / s['matmul_gflops']:.0%}"]
+            for s in settings if "ours_update_gflops" in s]  # fmt: skip
+    if rows:
+        header = ["setting", "ours", "TRL", "matmul", "ours/matmul"]
+        out.append("GFLOP/s of the update, and of a float32 matmul on the same threads:\n\n" + records(header, rows))
+    if data.get("grid"):
+        rows = [[g["B"], g["T"], f"{g['trl_s']:.2f}", f"{g['ours_s']:.2f}", f"{g['ratio']:.2f}"] for g in data["grid"]]
+        grid = table(["B", "T", "TRL s", "ours s", "ratio"], rows)
+        out.append("Scale grid (like-for-like on a fresh tiny model, responses run to the limit):\n\n" + grid)
+    return "\n\n".join(out + [meta(name)])
+
+
+def _vs_trl_setting(s: dict) -> str:
+    reward = "the rule reward as a module" if s["trl_reward"] == "rule" else "a reward model"
+    ours = _spans(",".join(s["ours_overrides"])) if s["ours_overrides"] else "the cpu preset"
+    return (f"`{s['setting']}`: B = {s['batch_size']}, minibatch {s['minibatch_size']}, {s['ppo_epochs']} epochs, "
+            f"T ≤ {s['response_length']}; median of {len(s['ratios'])} updates after a warm-up; TRL with {reward}; "
+            f"ours: {ours}.")  # fmt: skip
+
+
 def results_in(folder: str, *skip: str) -> str:
     """Every results file of a folder not shown otherwise: its meta and its lists of records as tables."""
     every = sorted((RESULTS / folder).glob("*.json")) if (RESULTS / folder).is_dir() else []
@@ -353,6 +402,7 @@ GENERATORS = {
     "algos_summary": algos_summary,
     "memory_logprobs": memory_logprobs,
     "results_in": results_in,
+    "vs_trl": vs_trl,
 }
 FIGURE_GENERATORS = {"figure_critic_curves": figure_critic_curves, "figure_algos": figure_algos}
 
