@@ -43,12 +43,12 @@ def _other_half(cfg, B, L):
 @pytest.mark.parametrize("shape", [TINY, GQA], ids=["tiny", "gqa"])
 def test_forward_flops_match_torchs_count(shape):
     lm, cfg = _lm(shape)
-    B, P, T = 3, 7, 5
+    B, P, T = 3, 20, 12
     ids, mask = torch.randint(4, 74, (B, P + T)), torch.ones(B, P + T, dtype=torch.long)
     with torch.no_grad():
         counted = _counted(lambda: lm_logits(lm, ids, mask, keep=slice(P - 1, P + T - 1)))
     want = flops.forward_flops(cfg, B, P + T, T) + _other_half(cfg, B, P + T)
-    assert counted == pytest.approx(want, rel=0.01)  # rel: the rotary embedding's small matmul
+    assert counted == pytest.approx(want, rel=1e-3)  # rel: the rotary embedding's small matmul
 
 
 def test_update_flops_match_torchs_count_of_actor_and_separate_critic():
@@ -64,6 +64,6 @@ def test_update_flops_match_torchs_count_of_actor_and_separate_critic():
 
     counted = _counted(step)
     want = flops.update_flops(cfg, B, P, T, epochs=1, critic_trunk=True, head_positions=T)
-    assert counted == pytest.approx(want + 3 * 2 * _other_half(cfg, B, P + T), rel=0.01)
+    assert counted == pytest.approx(want + 3 * 2 * _other_half(cfg, B, P + T), rel=1e-3)
     one_trunk = flops.update_flops(cfg, B, P, T, epochs=1, critic_trunk=False, head_positions=T)
     assert counted != pytest.approx(one_trunk + 3 * _other_half(cfg, B, P + T), rel=0.1)  # misses the critic's
