@@ -13,8 +13,12 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see ppo_core/run/cli.py
 os.environ.setdefault("PPO_NOTEBOOK_QUICK", "1")  # chapter 05's full run: 2 steps under the suite, 40 for a reader
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # -n N: share the cores among the workers (and their kernels)
+    _workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 
 import matplotlib  # noqa: E402
+import pytest  # noqa: E402
 
 matplotlib.use("Agg")  # this process only; notebook kernels keep their inline backend
 
@@ -48,15 +52,25 @@ def pytest_configure(config):
     config.pluginmanager.register(book.NotebookRecorder(), "ppo-notebook-recorder")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Mark the end-to-end tier ``slow``. The book test goes last: it builds the book from the notebooks nbval ran
-    before it."""
+    before it.
+
+    Under ``-n N --dist loadgroup`` the chapter notebooks and the book test form one group, scheduled first on one
+    worker (it is the longest chain); every other file is a group of its own (a notebook's cells share a kernel).
+    """
     for item in items:
         if item.nodeid.startswith(SLOW):
             item.add_marker("slow")
     last = [item for item in items if item.nodeid.startswith(BOOK_TESTS)]
     if last:
         items[:] = [item for item in items if not item.nodeid.startswith(BOOK_TESTS)] + last
+    if config.getoption("dist", "no") == "loadgroup":
+        chain = [item.nodeid.startswith(("chapters/", BOOK_TESTS)) for item in items]
+        for item, in_chain in zip(items, chain):
+            item.add_marker(pytest.mark.xdist_group("book" if in_chain else item.nodeid.split("::")[0]))
+        items[:] = [item for item, c in zip(items, chain) if c] + [item for item, c in zip(items, chain) if not c]
 
 
 def pytest_terminal_summary(terminalreporter):
