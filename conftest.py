@@ -18,7 +18,6 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # -n N: share the cores among the
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 
 import matplotlib  # noqa: E402
-import pytest  # noqa: E402
 
 matplotlib.use("Agg")  # this process only; notebook kernels keep their inline backend
 
@@ -52,13 +51,13 @@ def pytest_configure(config):
     config.pluginmanager.register(book.NotebookRecorder(), "ppo-notebook-recorder")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Mark the end-to-end tier ``slow``. The book test goes last: it builds the book from the notebooks nbval ran
     before it.
 
-    Under ``-n N --dist loadgroup`` the chapter notebooks and the book test form one group, scheduled first on one
-    worker (it is the longest chain); every other file is a group of its own (a notebook's cells share a kernel).
+    Under pytest-xdist (``-n N --dist loadfile --no-loadscope-reorder``) each file runs whole on one worker, in this
+    order: the chapters first (the longest files), then the rest, the book test last; it waits for the chapters
+    that other workers run (``tools.book.stage_book``).
     """
     for item in items:
         if item.nodeid.startswith(SLOW):
@@ -66,11 +65,9 @@ def pytest_collection_modifyitems(config, items):
     last = [item for item in items if item.nodeid.startswith(BOOK_TESTS)]
     if last:
         items[:] = [item for item in items if not item.nodeid.startswith(BOOK_TESTS)] + last
-    if config.getoption("dist", "no") == "loadgroup":
-        chain = [item.nodeid.startswith(("chapters/", BOOK_TESTS)) for item in items]
-        for item, in_chain in zip(items, chain):
-            item.add_marker(pytest.mark.xdist_group("book" if in_chain else item.nodeid.split("::")[0]))
-        items[:] = [item for item, c in zip(items, chain) if c] + [item for item, c in zip(items, chain) if not c]
+    if hasattr(config, "workerinput"):
+        chapters = [item.nodeid.startswith("chapters/") for item in items]
+        items[:] = [item for item, c in zip(items, chapters) if c] + [item for item, c in zip(items, chapters) if not c]
 
 
 def pytest_terminal_summary(terminalreporter):
