@@ -400,15 +400,6 @@ def _check_notebook_links(driver, page: str, problems: list[str]) -> None:
         problems.append("no 'Launch on Colab' link for the notebook")
 
 
-WIDE_TABLES_PENDING = {  # pages whose tables still run past the page: each leaves this set once its tables fit
-    "book/big_trainers",  # the generated map has many columns
-    "book/notation",  # symbol tables with long "in code" cells
-    "book/faq",  # the metrics and keys tables, a few pixels too wide
-    "book/measurements/algorithms",  # generated: the objectives comparison has a column per metric
-    "book/measurements/mismatch",  # generated: one column per correction
-}
-
-
 def _check_markdown_page(page: str, found: dict, problems: list[str]) -> None:
     """A page written in markdown: every heading and table of its source is on the page, and no table is cut off."""
     source = (ROOT / f"{page}.md").read_text()
@@ -425,7 +416,7 @@ def _check_markdown_page(page: str, found: dict, problems: list[str]) -> None:
     tables = len(re.findall(r"^\|[ :-]*-{3,}[ :|-]*\|$", source, re.M))  # a table's delimiter row
     if found["tables"] != tables:
         problems.append(f"{found['tables']} tables on the page, {tables} in the source")
-    if found["wide_tables"] and page not in WIDE_TABLES_PENDING:
+    if found["wide_tables"]:
         problems.append(f"tables wider than the page, cut off (first cell, width, room): {found['wide_tables']}")
 
 
@@ -508,27 +499,7 @@ return found;
 """
 
 
-NOT_YET_FITTED = (
-    "chapters/01_logprobs",
-    "chapters/02_masking",
-    "chapters/03_gae",
-    "chapters/04_losses",
-    "chapters/08_reasoning_objectives",
-    "chapters/09_sampler_mismatch",
-)
-"""Pages whose printed tensors, lines or display equations still run past the column: expected to fail (strict,
-so the entry must go once a page fits)."""
-
-
-@pytest.mark.parametrize(
-    "page",
-    [
-        pytest.param(page, marks=pytest.mark.xfail(strict=True, reason="outputs wider than the column, to be fitted"))
-        if page in NOT_YET_FITTED
-        else page
-        for page in CHAPTER_PAGES
-    ],
-)
+@pytest.mark.parametrize("page", CHAPTER_PAGES)
 def test_outputs_fit_the_column(browser, page):
     """No printed output, table, display equation or figure is wider than the content column (1280 and 1920 px)."""
     path = book.HTML / f"{page}.html"

@@ -160,6 +160,30 @@ def test_policy_checker_rejects_a_hardcoded_clip_eps():
         checks.check_policy_loss(hardcoded)
 
 
+def test_a_failure_wraps_to_the_page_width_with_nothing_lost():
+    """``wrapped()`` (what the chapters print) keeps every word and each label's alignment, in lines of <= 76."""
+    from ppo_core.checks._common import expect_close
+
+    want = torch.linspace(-1, 1, 15).reshape(3, 5)
+    with pytest.raises(CheckFailure) as info:
+        expect_close(
+            want.flip(1),
+            want,
+            what="the loss",
+            mistakes={"reversed every row of the batch": want.flip(1)},
+            case="B=3, T=5, a ramp from -1 to 1 over the whole batch, no padding, advantages of both signs",
+        )
+    message, wrapped = str(info.value), info.value.wrapped()
+    assert max(map(len, message.splitlines())) > 76  # unwrapped, it runs past a page's column
+    assert max(map(len, wrapped.splitlines())) <= 76
+    assert wrapped.split() == message.split()
+    lines = wrapped.splitlines()
+    assert all(line.startswith("  ") for line in lines[1:])  # continuations are indented
+    for label in ("  case:     ", "  expected: "):  # ... under their label's text
+        at = next(i for i, line in enumerate(lines) if line.startswith(label))
+        assert lines[at + 1].startswith(" " * len(label)) and not lines[at + 1][len(label)].isspace()
+
+
 # ---------------------------------------------------------------- 4.2 value_loss: wrong versions
 
 

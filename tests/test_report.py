@@ -87,3 +87,24 @@ def test_every_result_records_where_it_was_made_and_is_shown(path):
 def test_an_unknown_block_is_refused():
     with pytest.raises(SystemExit, match="unknown generated block 'no_such'"):
         report.render("<!-- report: no_such x -->\n<!-- /report -->", {})
+
+
+def test_a_wide_table_of_records_is_split_to_fit_the_page():
+    cols = ["method", "seed", "skipped"] + [f"metric/number_{i}" for i in range(8)]
+    rows = [["grpo", str(seed), "0"] + [f"{seed + i / 7:.4g}" for i in range(8)] for seed in range(3)]
+    assert "\n\n" not in report.records(cols[:5], [r[:5] for r in rows])  # a narrow one stays one table
+    text = report.records(cols, rows)
+    tables = [t for t in text.split("\n\n") if t.startswith("|")]
+    assert len(tables) > 1
+    for t in tables:
+        header, _, *body = t.splitlines()
+        assert header.startswith("| method | seed |") and len(body) == len(rows)  # each names its records
+        names = header.replace("<wbr>", "").strip("| ").split(" | ")
+        widths = [max(len(n) for n in re.split(r"(?<=[/_])", c)) for c in names]
+        assert (
+            sum(max(w, *(len(r.split(" | ")[i]) for r in body)) + 3 for i, w in enumerate(widths)) <= report.PAGE_WIDTH
+        )
+    shown = " ".join(tables).replace("<wbr>", "")
+    assert all(f"| {c} |" in shown for c in cols if c != "skipped") and "metric/number_7" in shown
+    assert all(value in shown for r in rows for value in r[3:])
+    assert "In every record: `skipped` = 0." in text  # one value in every row: a sentence, not a column

@@ -22,7 +22,7 @@ from ppo_core.run.config import PRESETS, Config, load_config
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "book" / "big_trainers.md"
 FIXTURES = ROOT / "tests" / "fixtures"
-SHOWN = "cuda"  # the preset whose export the tables show (a real model on GSM8K)
+SHOWN = "cuda"  # the preset whose export the page shows (a real model on GSM8K)
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 FILES = {"train": "data/train", "test": "data/test", "reward": "reward_fn.py"}
 SECTIONS = {
@@ -56,13 +56,13 @@ It writes the engine's settings (veRL {VERL_VERSION}: Hydra overrides of `verl.t
 with `prompt`, `reward_model.ground_truth` and `data_source`; OpenRLHF: JSONL with `input` and `label`), the
 reward hook `reward_fn.py` (this course's own GSM8K scorer: veRL's built-in one reads `#### 72.`, `####72` and
 `#### $72` differently), `run.sh`, and `unmapped.txt`, every key with no counterpart and why. Every mapped key is
-written, so the engine's defaults, which often differ (the tables show them), never decide a setting silently.
+written, so the engine's defaults, which often differ (the lists show them), never decide a setting silently.
 The test suite checks each exported name and value type against the engines' own schemas, for every preset.
 
-The tables below are the export of the `{SHOWN}` preset (with `model.name_or_path={MODEL}`): each engine
-cell gives the keys written and, in brackets, the engine's default; "—" is a key with no counterpart, with the
-reason; "=" is a key the engine needs nothing for. These projects move fast: the names are those of the versions
-above.
+The lists below are the export of the `{SHOWN}` preset (with `model.name_or_path={MODEL}`): each `ppo_core` key
+with its value, then, engine by engine, the keys written and, in brackets, the engine's default; "—" is a key with
+no counterpart, with the reason; "=" is a key the engine needs nothing for. These projects move fast: the names are
+those of the versions above.
 
 ## Where the same words differ
 
@@ -111,20 +111,17 @@ def _cell(target: str, row, ctx) -> str:
     return ", ".join(shown)
 
 
-def _table(section: str, ctx) -> list[str]:
-    lines = [
-        f"### {SECTIONS[section]}",
-        "",
-        f"| `ppo_core` | `{SHOWN}` | veRL | OpenRLHF | TRL |",
-        "|---|---|---|---|---|",
-    ]
+def _section(section: str, ctx) -> list[str]:
+    """One item per key, its engines' settings beneath it (a table of five columns is wider than the page)."""
+    lines = [f"### {SECTIONS[section]}", ""]
     for row in (r for r in ROWS if r.key.split(".")[0] == section):
         value = _fmt(ctx.get(row.key)) if row.key != "model.name_or_path" else MODEL
         verl, orl = _cell("verl", row, ctx), _cell("openrlhf", row, ctx)
-        note = f"<br>{row.note}" if row.note else ""
         trl = f"`{row.trl}`" if re.fullmatch(r"[\w.]+", row.trl) else row.trl
         value = value or '""'
-        lines.append(f"| `{row.key}`{note} | `{value}` | {verl} | {orl} | {trl} |")
+        lines.append(f"- `{row.key}` = `{value}`" + (f": {row.note}" if row.note else ""))
+        engines = [("veRL, OpenRLHF", verl)] if verl == orl else [("veRL", verl), ("OpenRLHF", orl)]
+        lines += [f"  - {name}: {cell}" for name, cell in engines + [("TRL", trl)]]
     return lines + [""]
 
 
@@ -136,20 +133,16 @@ def _gaps_by_preset() -> list[str]:
         "warm start's keys and the course's own guards (`train.check_ratio`, `train.ratio_tol`,",
         "`train.max_skipped_steps`, `train.overwrite`, `train.progress`, `train.num_threads`, `model.device`,",
         "`reward.gold_length_coef`), which no engine has:",
-        "",
-        "| preset | veRL | OpenRLHF |",
-        "|---|---|---|",
     ]
     common = {"train.check_ratio", "train.ratio_tol", "train.max_skipped_steps", "train.overwrite", "train.progress"}
     common |= {"train.num_threads", "model.device", "reward.gold_length_coef"}
-    for preset in PRESETS:
-        cfg = load_config(preset, [f"model.name_or_path={MODEL}"])
-        cells = []
-        for target in ("verl", "openrlhf"):
+    configs = {preset: load_config(preset, [f"model.name_or_path={MODEL}"]) for preset in PRESETS}
+    for target, engine in (("verl", "veRL"), ("openrlhf", "OpenRLHF")):  # a table each: two are wider than the page
+        lines += ["", f"| preset | {engine} |", "|---|---|"]
+        for preset, cfg in configs.items():
             gaps = settings_for(cfg, target, FILES, n_train=cfg.data.n_train).gaps
             keys = [k for k in gaps if k not in common and not k.startswith("warmstart.")]
-            cells.append(", ".join(f"`{k}`" for k in keys) or "none")
-        lines.append(f"| `{preset}` | {cells[0]} | {cells[1]} |")
+            lines.append(f"| `{preset}` | {', '.join(f'`{k}`' for k in keys) or 'none'} |")
     return lines + [""]
 
 
@@ -159,7 +152,7 @@ def render() -> str:
     assert set(SECTIONS) == {f.split(".")[0] for f in (r.key for r in ROWS)} <= set(Config.__dataclass_fields__)
     lines = [HEAD, "## Key by key", ""]
     for section in SECTIONS:
-        lines += _table(section, ctx)
+        lines += _section(section, ctx)
     lines += _gaps_by_preset()
     return "\n".join(lines).rstrip() + "\n"
 

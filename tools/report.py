@@ -295,8 +295,45 @@ def results_in(folder: str, *skip: str) -> str:
             if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
                 cols = [k for k in value[0] if not isinstance(value[0][k], (list, dict))]
                 rows = [[_cell(v.get(k)) for k in cols] for v in value]
-                out.append(f"`{key}`:\n\n" + table(cols, rows))
+                out.append(f"`{key}`:\n\n" + records(cols, rows))
     return "\n\n".join(out)
+
+
+PAGE_WIDTH = 70
+"""Characters of a table row that fit the book's column (about 610 px in a 1200 px window); a wider table of
+records is split (``records``)."""
+
+
+def records(cols: list[str], rows: list[list[str]]) -> str:
+    """A table of records, or, when it is wider than the page, several: each repeats the columns that name a
+    record (text, and ``seed``) and holds as many of the others as fit; a column with one value is a sentence."""
+
+    def width(i: int, broken: bool = False) -> int:  # characters, plus a cell's padding
+        head = max(map(len, re.split(r"(?<=[/_])", cols[i]))) if broken else len(cols[i])
+        return max(head, *(len(r[i]) for r in rows)) + 3
+
+    if sum(map(width, range(len(cols)))) <= PAGE_WIDTH:
+        return table(cols, rows)
+    names = [i for i, c in enumerate(cols) if c == "seed" or not all(_number(r[i]) for r in rows)]
+    same = [i for i in range(len(cols)) if i not in names and len(rows) > 1 and len({r[i] for r in rows}) == 1]
+    groups = [[]]
+    for i in (i for i in range(len(cols)) if i not in names + same):
+        if groups[-1] and sum(width(j, True) for j in names + groups[-1] + [i]) > PAGE_WIDTH:
+            groups.append([])
+        groups[-1].append(i)
+    header = [re.sub(r"([/_])", r"\1<wbr>", c) for c in cols]  # a long name may break after / and _
+    out = [table([header[i] for i in names + g], [[r[i] for i in names + g] for r in rows]) for g in groups if g]
+    if same:
+        out.append("In every record: " + ", ".join(f"`{cols[i]}` = {rows[0][i]}" for i in same) + ".")
+    return "\n\n".join(out)
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _cell(v) -> str:

@@ -12,6 +12,8 @@ traceback (IPython calls ``_render_traceback_``).
 """
 
 import functools
+import re
+import textwrap
 
 import torch
 
@@ -29,6 +31,15 @@ class CheckFailure(AssertionError):
 
     def _render_traceback_(self):
         return [f"\N{CROSS MARK} {self}"]
+
+    def wrapped(self, width: int = 76) -> str:
+        """The message with each line wrapped to ``width`` characters, continuations under the line's label
+        ("  expected: ..."), for a page whose printed outputs must fit its column."""
+        lines = []
+        for line in str(self).splitlines():
+            indent = len(re.match(r"(\s+\w+:\s+)?", line).group(0)) or 2
+            lines.append(textwrap.fill(line, width, subsequent_indent=" " * indent, break_on_hyphens=False))
+        return "\n".join(lines)
 
 
 class NotImplementedYet(Exception):
@@ -88,7 +99,8 @@ def _fmt(x) -> str:
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu()
         if x.numel() > 24:
-            return f"tensor of shape {tuple(x.shape)} (first entries {x.flatten()[:6].tolist()})"
+            first = x.flatten()[:6].to(torch.float64).numpy().round(4).tolist()
+            return f"tensor of shape {tuple(x.shape)} (first entries {first})"
         return str(x.to(torch.float64).numpy().round(4).tolist())
     return repr(x)
 

@@ -10,4 +10,5 @@
 | tasks.warmstart     | the cached supervised warm start (the SFT stage)                   |
 | tasks.hub_model     | a hub-shaped Qwen2 chat checkpoint built offline (BPE, two EOS ids) |
 | tasks.preferences   | gold-labelled preference pairs; the prompt/chosen/rejected loader  |
+| tasks.bandit        | PPO on a bandit whose expected reward is exact (chapter 05)        |
 """
