@@ -45,6 +45,15 @@ SLOW = (
 warm starts or several processes. ``pytest -m "not slow"`` is the unit tier."""
 
 
+LONGEST_FIRST = (
+    "chapters/06_reward_models.ipynb",
+    "chapters/05_full_loop.ipynb",
+    "tests/test_distributed.py",
+    "chapters/08_reasoning_objectives.ipynb",
+)
+"""The files that take longest, started first under pytest-xdist; the other slow-tier files follow, then the rest."""
+
+
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # the controller (or a plain run); xdist workers inherit its id
         book.new_session()
@@ -56,7 +65,7 @@ def pytest_collection_modifyitems(config, items):
     before it.
 
     Under pytest-xdist (``-n N --dist loadfile --no-loadscope-reorder``) each file runs whole on one worker, in this
-    order: the chapters first (the longest files), then the rest, the book test last; it waits for the chapters
+    order: ``LONGEST_FIRST``, the other slow files, the unit tier, and the book test last; it waits for the chapters
     that other workers run (``tools.book.stage_book``).
     """
     for item in items:
@@ -65,9 +74,14 @@ def pytest_collection_modifyitems(config, items):
     last = [item for item in items if item.nodeid.startswith(BOOK_TESTS)]
     if last:
         items[:] = [item for item in items if not item.nodeid.startswith(BOOK_TESTS)] + last
-    if hasattr(config, "workerinput"):
-        chapters = [item.nodeid.startswith("chapters/") for item in items]
-        items[:] = [item for item, c in zip(items, chapters) if c] + [item for item, c in zip(items, chapters) if not c]
+    if hasattr(config, "workerinput"):  # longest first, so that the workers finish together; the book test last
+        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+        def order(item):
+            file = item.nodeid.split("::")[0]
+            return (item.nodeid.startswith(BOOK_TESTS), rank.get(file, len(rank)), "slow" not in item.keywords)
+
+        items.sort(key=order)  # stable: each file's tests keep their order
 
 
 def pytest_terminal_summary(terminalreporter):
