@@ -13,6 +13,9 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see ppo_core/run/cli.py
 os.environ.setdefault("PPO_NOTEBOOK_QUICK", "1")  # chapter 05's full run: 2 steps under the suite, 40 for a reader
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # -n N: share the cores among the workers (and their kernels)
+    _workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 
 import matplotlib  # noqa: E402
 
@@ -42,6 +45,15 @@ SLOW = (
 warm starts or several processes. ``pytest -m "not slow"`` is the unit tier."""
 
 
+LONGEST_FIRST = (
+    "chapters/06_reward_models.ipynb",
+    "chapters/05_full_loop.ipynb",
+    "tests/test_distributed.py",
+    "chapters/08_reasoning_objectives.ipynb",
+)
+"""The files that take longest, started first under pytest-xdist; the other slow-tier files follow, then the rest."""
+
+
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # the controller (or a plain run); xdist workers inherit its id
         book.new_session()
@@ -50,13 +62,26 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """Mark the end-to-end tier ``slow``. The book test goes last: it builds the book from the notebooks nbval ran
-    before it."""
+    before it.
+
+    Under pytest-xdist (``-n N --dist loadfile --no-loadscope-reorder``) each file runs whole on one worker, in this
+    order: ``LONGEST_FIRST``, the other slow files, the unit tier, and the book test last; it waits for the chapters
+    that other workers run (``tools.book.stage_book``).
+    """
     for item in items:
         if item.nodeid.startswith(SLOW):
             item.add_marker("slow")
     last = [item for item in items if item.nodeid.startswith(BOOK_TESTS)]
     if last:
         items[:] = [item for item in items if not item.nodeid.startswith(BOOK_TESTS)] + last
+    if hasattr(config, "workerinput"):  # longest first, so that the workers finish together; the book test last
+        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+        def order(item):
+            file = item.nodeid.split("::")[0]
+            return (item.nodeid.startswith(BOOK_TESTS), rank.get(file, len(rank)), "slow" not in item.keywords)
+
+        items.sort(key=order)  # stable: each file's tests keep their order
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -95,8 +95,9 @@ def profile_trl(s, model_path: str, threads: int, updates: int):
 
 OPTIMISATIONS = {
     "prompt cache": "scoring reuses generate's keys and values of the prompt (fastpaths.PromptCache)",
-    "prefix split": "the float32 training forward runs the prompt apart (fastpaths.split_prefix_logits), "
-    "skipping backward work; only from fastpaths.SPLIT_MIN_PREFIX_TOKENS prompt tokens per minibatch on",
+    "prefix split": "the float32 training forward runs the prompt apart (fastpaths.split_prefix_logits, and "
+    "split_prefix_hidden for a separate critic), skipping backward work; only from "
+    "fastpaths.SPLIT_MIN_PREFIX_TOKENS prompt tokens per minibatch on",
 }
 
 
@@ -105,6 +106,7 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
     import statistics
 
     from ppo_core import fastpaths
+    from ppo_core.model import trunk_hidden
     from ppo_core.run.runner import RunTrainer
 
     real_keep, real_split = fastpaths.PromptCache.keep, fastpaths._split_prefix
@@ -112,6 +114,7 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
     variants = {
         "neither": dict(keep_cache=False, split=False),
         "+ prompt cache": dict(keep_cache=True, split=False),
+        "+ prompt cache + prefix split, policy only": dict(keep_cache=True, split=True, critic_split=False),
         "+ prompt cache + prefix split": dict(keep_cache=True, split=True),
     }
     times = {k: [] for k in variants}
@@ -123,6 +126,8 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
             v = variants[name]
             fastpaths.PromptCache.keep = real_keep if v["keep_cache"] else keep_none
             fastpaths._split_prefix = real_split if v["split"] else (lambda lm, prefix_tokens: False)
+            critic_split = v.get("critic_split", True)
+            trainer.actor.critic_hidden_fn = fastpaths.split_prefix_hidden if critic_split else trunk_hidden
             c0 = time.process_time()
             m = trainer.step()
             times[name].append(
@@ -134,10 +139,10 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
         f"\nours, like-for-like, B={s.batch_size}: median of {updates} steps each, interleaved (load "
         f"{vs_trl.load_average()})"
     )
-    print(f"  {'':32} {'generation':>10} {'scoring':>8} {'update':>8} {'step':>8} {'CPU s':>8}")
+    print(f"  {'':44} {'generation':>10} {'scoring':>8} {'update':>8} {'step':>8} {'CPU s':>8}")
     for name, rows in times.items():
         med = [statistics.median(r[k] for r in rows) for k in range(5)]
-        print(f"  {name:32} " + " ".join(f"{x:8.3f}" if k else f"{x:10.3f}" for k, x in enumerate(med)))
+        print(f"  {name:44} " + " ".join(f"{x:8.3f}" if k else f"{x:10.3f}" for k, x in enumerate(med)))
     for k, v in OPTIMISATIONS.items():
         print(f"  {k}: {v}")
 

@@ -21,7 +21,8 @@ first minibatch holds on both); measured speed-ups are in ``benchmarks/README.md
 2. ``split_prefix_logits``: a float32 training forward (gradients on) runs in two calls, the positions
    before ``keep`` first, then the kept ones on top of the first call's keys and values. No kept output
    depends on the prefix's *last-layer* attention output or MLP, so autograd skips them (about
-   1/layers of the trunk's backward). Used from ``SPLIT_MIN_PREFIX_TOKENS`` prefix tokens
+   1/layers of the trunk's backward). A separate critic's trunk is split the same way
+   (``split_prefix_hidden``). Used from ``SPLIT_MIN_PREFIX_TOKENS`` prefix tokens
    (rows x positions) on, below which the second call's fixed cost outweighs the saving, and never
    under activation checkpointing (which turns transformers' cache off). Lower precisions keep the one
    call, so their training forward rounds exactly like their scoring forward.
@@ -31,11 +32,11 @@ import torch
 from transformers import DynamicCache
 
 from .logprobs import logprobs_from_logits
-from .model import lm_logits, position_ids_from_mask
+from .model import lm_logits, position_ids_from_mask, trunk_hidden
 from .precision import autocast, compute_dtype
 from .rollout import _cat_values
 
-__all__ = ["PromptCache", "split_prefix_logits", "enable", "SPLIT_MIN_PREFIX_TOKENS"]
+__all__ = ["PromptCache", "split_prefix_logits", "split_prefix_hidden", "enable", "SPLIT_MIN_PREFIX_TOKENS"]
 
 SPLIT_MIN_PREFIX_TOKENS = 2048
 """``split_prefix_logits`` runs the prefix apart only from this many prefix tokens (rows x positions) on."""
@@ -86,16 +87,37 @@ class PromptCache:
         return torch.cat(logprobs), _cat_values(values)
 
 
-def _split_prefix(lm, prefix_tokens: int) -> bool:
+def _split_prefix(trunk, prefix_tokens: int) -> bool:
     """Whether to run the prefix apart: a float32-compute training forward (float32 weights, no autocast) with
     at least ``SPLIT_MIN_PREFIX_TOKENS`` prefix tokens, without activation checkpointing (which turns
-    transformers' cache off)."""
+    transformers' cache off). ``trunk``: the transformer without its LM head."""
     return (
         torch.is_grad_enabled()
         and prefix_tokens >= SPLIT_MIN_PREFIX_TOKENS
-        and compute_dtype(lm) == torch.float32
-        and not getattr(lm.base_model, "gradient_checkpointing", False)
+        and compute_dtype(trunk) == torch.float32
+        and not getattr(trunk, "gradient_checkpointing", False)
     )
+
+
+def _kept_hidden(trunk, input_ids, attention_mask, position_ids, keep: slice):
+    """The trunk's final hidden states at ``keep`` (B, L', H) from two calls, the prefix first; None if the
+    trunk keeps no cache."""
+    stop = input_ids.shape[1] if keep.stop is None else keep.stop  # later positions cannot affect kept ones
+    prefix = trunk(
+        input_ids=input_ids[:, : keep.start],
+        attention_mask=attention_mask[:, : keep.start],
+        position_ids=position_ids[:, : keep.start],
+        use_cache=True,
+    )
+    if prefix.past_key_values is None:
+        return None
+    return trunk(
+        input_ids=input_ids[:, keep.start : stop],
+        attention_mask=attention_mask[:, :stop],
+        position_ids=position_ids[:, keep.start : stop],
+        past_key_values=prefix.past_key_values,
+        use_cache=True,
+    ).last_hidden_state
 
 
 def split_prefix_logits(
@@ -106,31 +128,28 @@ def split_prefix_logits(
         keep is None
         or past_key_values is not None
         or not keep.start
-        or not _split_prefix(lm, input_ids.shape[0] * keep.start)
+        or not _split_prefix(lm.base_model, input_ids.shape[0] * keep.start)
     ):
         return lm_logits(lm, input_ids, attention_mask, position_ids, keep, past_key_values)
     if position_ids is None:
         position_ids = position_ids_from_mask(attention_mask)
-    stop = input_ids.shape[1] if keep.stop is None else keep.stop  # later positions cannot affect kept ones
-    prefix = lm.base_model(
-        input_ids=input_ids[:, : keep.start],
-        attention_mask=attention_mask[:, : keep.start],
-        position_ids=position_ids[:, : keep.start],
-        use_cache=True,
-    )
-    if prefix.past_key_values is None:  # a model without a cache: the one call
+    hidden = _kept_hidden(lm.base_model, input_ids, attention_mask, position_ids, keep)  # (B, L', H)
+    if hidden is None:  # a model without a cache: the one call
         return lm_logits(lm, input_ids, attention_mask, position_ids, keep)
-    hidden = lm.base_model(
-        input_ids=input_ids[:, keep.start : stop],
-        attention_mask=attention_mask[:, :stop],
-        position_ids=position_ids[:, keep.start : stop],
-        past_key_values=prefix.past_key_values,
-        use_cache=True,
-    ).last_hidden_state  # (B, L', H)
     return lm.get_output_embeddings()(hidden), hidden
 
 
+def split_prefix_hidden(trunk, input_ids, attention_mask, position_ids, keep: slice | None = None):
+    """``model.trunk_hidden`` (a separate critic's trunk) with the prefix before ``keep`` run apart where that pays."""
+    if keep is None or not keep.start or not _split_prefix(trunk, input_ids.shape[0] * keep.start):
+        return trunk_hidden(trunk, input_ids, attention_mask, position_ids, keep)
+    hidden = _kept_hidden(trunk, input_ids, attention_mask, position_ids, keep)
+    return trunk_hidden(trunk, input_ids, attention_mask, position_ids, keep) if hidden is None else hidden
+
+
 def enable(actor):
-    """Switch ``actor``'s forward to ``split_prefix_logits`` (``train.fast_paths``); returns the actor."""
+    """Switch ``actor``'s forward to ``split_prefix_logits`` and its critic's to ``split_prefix_hidden``
+    (``train.fast_paths``); returns the actor."""
     actor.logits_fn = split_prefix_logits
+    actor.critic_hidden_fn = split_prefix_hidden
     return actor

@@ -95,6 +95,12 @@ def lm_logits(lm, input_ids, attention_mask, position_ids=None, keep: slice | No
     return lm.get_output_embeddings()(hidden), hidden
 
 
+def trunk_hidden(trunk, input_ids, attention_mask, position_ids, keep: slice | None = None) -> torch.Tensor:
+    """A transformer trunk's final hidden states (B, L', H) at the positions in ``keep`` (all if None)."""
+    hidden = trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+    return hidden if keep is None else hidden[:, keep]
+
+
 class ActorWithValueHead(nn.Module):
     """Policy (the LM) and critic (a linear value head) sharing one transformer trunk, or, with
     ``separate_critic=True``, the head on a transformer of its own (``critic_trunk``, a copy of the LM's
@@ -107,6 +113,8 @@ class ActorWithValueHead(nn.Module):
 
     logits_fn = staticmethod(lm_logits)
     """How ``forward`` runs the LM: ``lm_logits``; ``fastpaths.enable`` swaps in a faster equal one."""
+    critic_hidden_fn = staticmethod(trunk_hidden)
+    """How ``critic_values`` runs the separate critic's trunk: ``trunk_hidden``; ``fastpaths.enable`` swaps it too."""
 
     def __init__(
         self,
@@ -185,8 +193,8 @@ class ActorWithValueHead(nn.Module):
         if position_ids is None:
             position_ids = position_ids_from_mask(attention_mask)
         with autocast(input_ids.device, self.compute_dtype):
-            out = self.critic_trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
-        return self.head_values(out.last_hidden_state if keep is None else out.last_hidden_state[:, keep])
+            hidden = self.critic_hidden_fn(self.critic_trunk, input_ids, attention_mask, position_ids, keep)
+        return self.head_values(hidden)
 
     def head_values(self, hidden: torch.Tensor) -> torch.Tensor:
         """Hidden states (B, L', H) of whichever trunk the critic reads -> values (B, L'), in the head's float32."""

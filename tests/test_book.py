@@ -60,8 +60,10 @@ PAGES = toc_pages()
 def built_book(request):
     """Stage and build once; the result (never an exception) is shared by every test here."""
     start = time.perf_counter()
+    recorder = request.config.pluginmanager.get_plugin("ppo-notebook-recorder")
+    elsewhere = [path.stem for path in recorder.expected] if hasattr(request.config, "workerinput") else []
     try:
-        how = book.stage_book(session=os.environ.get(book.SESSION_ENV))
+        how = book.stage_book(session=os.environ.get(book.SESSION_ENV), wait_for=elsewhere)
     except book.BookError as exc:
         return {"ok": False, "error": str(exc)}
     staged = time.perf_counter()

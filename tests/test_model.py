@@ -162,6 +162,38 @@ def test_float32_training_forward_runs_the_prefix_apart_with_the_same_numbers_an
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
+def test_a_separate_critic_runs_its_prefix_apart_with_the_same_values_and_gradients(monkeypatch):
+    """The separate critic's trunk is split like the LM's (two calls); its values and gradients do not change."""
+    actor = ActorWithValueHead(_gpt2(dropout=0.0), value_head_init_std=0.5, separate_critic=True).train()
+    with torch.no_grad():  # a critic that differs from the policy, so that a mix-up of the trunks would show
+        for p in actor.critic_trunk.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    ids = torch.randint(3, 40, (3, 10))
+    attn = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1, 0], [1] * 10, [0, 1, 1, 1, 1, 1, 1, 1, 1, 1]])
+    keep = slice(4, 9)
+    lengths = []
+    hook = actor.critic_trunk.register_forward_hook(
+        lambda m, a, kw, out: lengths.append(kw["input_ids"].shape[1]), with_kwargs=True
+    )
+    params = list(actor.critic_trunk.parameters()) + list(actor.value_head.parameters())
+    weights = torch.randn(3, 5)
+    plain = actor.critic_values(ids, attn, keep=keep)  # the readable path: one call
+    plain_grads = torch.autograd.grad((plain * weights).sum(), params)
+    assert lengths == [10]
+    monkeypatch.setattr(fastpaths, "SPLIT_MIN_PREFIX_TOKENS", 12)
+    fastpaths.enable(actor)
+    lengths.clear()
+    split = actor.critic_values(ids, attn, keep=keep)
+    assert lengths == [4, 5]  # the prefix, then only the kept positions on its cache
+    split_grads = torch.autograd.grad((split * weights).sum(), params)
+    hook.remove()
+    torch.testing.assert_close(split, plain, atol=1e-5, rtol=1e-5)
+    for a, b in zip(split_grads, plain_grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    _, values = actor(ids, attn, keep=keep)  # forward() reads the critic through the same path
+    torch.testing.assert_close(values, plain, atol=1e-5, rtol=1e-5)
+
+
 def test_activation_checkpointing_keeps_the_single_call(monkeypatch):
     """transformers turns its cache off under activation checkpointing, so the prefix is not run apart there."""
     monkeypatch.setattr(fastpaths, "SPLIT_MIN_PREFIX_TOKENS", 0)

@@ -338,8 +338,22 @@ def chapter_notebooks() -> list[Path]:
     return sorted(CHAPTERS.glob("*.ipynb"))
 
 
-def stage_book(session: str | None = None, timeout: int = 600, log=print) -> dict[str, str]:
+def wait_for_stamps(names, session: str, timeout: float = 1800, poll: float = 1.0) -> list[str]:
+    """Wait until every chapter in ``names`` has a stamp of ``session``: under pytest-xdist another worker may still
+    be running it. Returns the names still without one after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        missing = [name for name in names if (read_stamp(name) or {}).get("session") != session]
+        if not missing or time.monotonic() > deadline:
+            return missing
+        time.sleep(poll)
+
+
+def stage_book(session: str | None = None, timeout: int = 600, log=print, wait_for=()) -> dict[str, str]:
     """Fill ``_build/book_src/`` from scratch. Returns {chapter: "nbval" or "nbclient"}.
+
+    ``wait_for``: chapters that this session's nbval runs elsewhere (another xdist worker): their stamps are
+    awaited first; one still missing after 30 minutes is executed here.
 
     Raises:
         BookError: a chapter failed in this session's nbval run, or failed to execute here.
@@ -347,6 +361,9 @@ def stage_book(session: str | None = None, timeout: int = 600, log=print) -> dic
     import nbformat
     import yaml
 
+    if session and wait_for:
+        for name in wait_for_stamps(list(wait_for), session):
+            log(f"[book] gave up waiting for nbval to finish {name}")
     failed = []
     sources = {}
     for path in chapter_notebooks():
