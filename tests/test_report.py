@@ -129,6 +129,7 @@ def test_the_trl_comparison_shows_every_saved_number_and_fits_the_page(tmp_path,
     data = {"meta": meta, "settings": [_vs_trl_setting("like-for-like", 8.0, 4.0)], "grid": [
         {"B": 8, "T": 32, "trl_s": 1.5, "ours_s": 0.75, "ratio": 0.5}]}  # fmt: skip
     (results / "performance" / "vs_trl.json").write_text(json.dumps(data))
+    (results / "performance" / "grid_only.json").write_text(json.dumps({**data, "settings": []}))
     monkeypatch.setattr(report, "RESULTS", results)
     text = report.render("<!-- report: vs_trl performance -->\n<!-- /report -->", {})
     for shown in ("| like-for-like | 8.00 | 4.00 | 0.50 | 0.25 | 0.52 |", "| TRL | 1000 | 1000 | 3210 |",
@@ -136,6 +137,7 @@ def test_the_trl_comparison_shows_every_saved_number_and_fits_the_page(tmp_path,
                   "median of 3 updates", "`ppo.ent_coef=0.0`", "trl 1.12.0", "1.50, 1.25, 1.00 at the start",
                   "2.50, 2.00, 1.75 at the end", "commit `abc1234`"):  # fmt: skip
         assert shown in text, shown
+    assert text.count("| 8 | 32 | 1.50 | 0.75 | 0.50 |") == 2 and text.count("| like-for-like | 8.00 |") == 1
     rows = [line for line in text.splitlines() if line.startswith("|")]
     assert rows and max(map(len, rows)) <= report.PAGE_WIDTH
     assert "yet" in report.vs_trl("no_such_folder")

@@ -300,7 +300,17 @@ def vs_trl(folder: str) -> str:
 def _vs_trl_file(name: str) -> str:
     data = load(name)
     settings = data["settings"]
-    out = [f"**`{name}`**", "\n".join(f"- {_vs_trl_setting(s)}" for s in settings)]
+    out = [f"**`{name}`**", *(_vs_trl_settings(settings) if settings else [])]  # a grid-only run has none
+    if data.get("grid"):
+        rows = [[g["B"], g["T"], f"{g['trl_s']:.2f}", f"{g['ours_s']:.2f}", f"{g['ratio']:.2f}"] for g in data["grid"]]
+        grid = table(["B", "T", "TRL s", "ours s", "ratio"], rows)
+        out.append("Scale grid (like-for-like on a fresh tiny model, responses run to the limit):\n\n" + grid)
+    return "\n\n".join(out + [meta(name)])
+
+
+def _vs_trl_settings(settings: list[dict]) -> list[str]:
+    """What each setting ran, then its seconds per update, tokens/s per phase and GFLOP/s."""
+    out = ["\n".join(f"- {_vs_trl_setting(s)}" for s in settings)]
     rows = [[s["setting"], f"{s['trl_s']:.2f}", f"{s['ours_s']:.2f}", f"{s['ratio']:.2f}", f"{s['trl_gc_s']:.2f}",
              f"{s['ratio_without_gc']:.2f}"] for s in settings]  # fmt: skip
     out.append(
@@ -315,11 +325,7 @@ def _vs_trl_file(name: str) -> str:
     if rows:
         header = ["setting", "ours", "TRL", "matmul", "ours/matmul"]
         out.append("GFLOP/s of the update, and of a float32 matmul on the same threads:\n\n" + records(header, rows))
-    if data.get("grid"):
-        rows = [[g["B"], g["T"], f"{g['trl_s']:.2f}", f"{g['ours_s']:.2f}", f"{g['ratio']:.2f}"] for g in data["grid"]]
-        grid = table(["B", "T", "TRL s", "ours s", "ratio"], rows)
-        out.append("Scale grid (like-for-like on a fresh tiny model, responses run to the limit):\n\n" + grid)
-    return "\n\n".join(out + [meta(name)])
+    return out
 
 
 def _vs_trl_setting(s: dict) -> str:
