@@ -178,7 +178,18 @@ def default_run(name: str) -> str:
     rows = [[r["seed"], f"{r['before']:.3f} → {r['after']:.3f}", f"{r['gain_points']:+.1f}",
              f"{r['greedy_before']:.3f} → {r['greedy_after']:.3f}", f"{r['ev_last10']:+.2f}", f"{r['wall_s']:.0f}"]
             for r in load(name)["rows"]]  # fmt: skip
-    return table(["seed", "sampled accuracy", "gain", "greedy accuracy", "EV last 10", "wall s"], rows)
+    data = load(name)
+    gain, ev = data["targets"]["gain_points"], data["targets"]["ev_last10"]
+    n = len(data["rows"])
+    met_gain = sum(r["gain_points"] >= gain for r in data["rows"])
+    met_ev = sum(r["ev_last10"] >= ev for r in data["rows"])
+    summary = (
+        f"Targets: a gain of at least {gain:+.0f} points on every seed (met on {met_gain} of {n}) and an explained "
+        f"variance over the last 10 steps of at least {ev} on every seed (met on {met_ev} of {n}). "
+        f"Load while it ran: {data['load'] or 'not recorded'}."
+    )
+    header = ["seed", "sampled accuracy", "gain", "greedy accuracy", "EV last 10", "wall s"]
+    return table(header, rows) + "\n\n" + summary
 
 
 def _plt():
