@@ -15,8 +15,9 @@ def test_waits_until_another_worker_stamps_the_chapter(tmp_path, monkeypatch):
     later = threading.Timer(0.3, book._write_stamp, ("02_b", "failed", "digest", "cell 3"))
     later.start()
     assert book.wait_for_stamps(["01_a", "02_b"], "this-session", timeout=10, poll=0.05) == []
-    later.join()
+    assert book.read_stamp("02_b")["session"] == "this-session"  # it returned only once the other worker wrote
     assert book.read_stamp("02_b")["status"] == "failed"  # a failed chapter ends the wait too: the build reports it
+    later.join()
 
 
 def test_gives_up_after_the_timeout_and_names_what_is_missing(tmp_path, monkeypatch):
