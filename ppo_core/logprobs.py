@@ -61,6 +61,7 @@ def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature
         # log_softmax subtracts the max before exponentiating: stable for logits x 100.
         logp = torch.log_softmax(z, dim=-1)  # (b, T, V)
         out.append(logp.gather(-1, chunk_tokens.long().unsqueeze(-1)).squeeze(-1))  # (b, T)
+        del z, logp  # before the next chunk allocates its own: one chunk's copies at a time, not two
     return torch.cat(out)  # (B, T)
 
 
@@ -106,4 +107,5 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch
         p = torch.softmax(z, dim=-1)
         pz = torch.where(p > 0, p * z, torch.zeros((), dtype=z.dtype))
         out.append(torch.logsumexp(z, dim=-1) - pz.sum(dim=-1))  # (b, T)
+        del z, p, pz  # before the next chunk allocates its own: one chunk's copies at a time, not two
     return torch.cat(out)  # (B, T)
