@@ -1,7 +1,7 @@
 """Test-wide settings: offline, quiet, headless. Applies to unit tests and to the notebook kernels nbval starts.
 
 Also: the chapter notebooks that nbval executes are kept (``_build/executed/``, see tools/book.py),
-and tests/test_book.py runs last, building the book from them: one execution serves both.
+and tests/test_book.py runs after them, building the book from them: one execution serves both.
 """
 
 import os
@@ -65,8 +65,9 @@ def pytest_collection_modifyitems(config, items):
     before it.
 
     Under pytest-xdist (``-n N --dist loadfile --no-loadscope-reorder``) each file runs whole on one worker, in this
-    order: ``LONGEST_FIRST``, the other slow files, the unit tier, and the book test last; it waits for the chapters
-    that other workers run (``tools.book.stage_book``).
+    order: ``LONGEST_FIRST``, the other slow files, the book test, then the unit tier, whose many short files let
+    the workers finish together. The book test waits for the chapters that other workers still run
+    (``tools.book.stage_book``).
     """
     for item in items:
         if item.nodeid.startswith(SLOW):
@@ -74,12 +75,13 @@ def pytest_collection_modifyitems(config, items):
     last = [item for item in items if item.nodeid.startswith(BOOK_TESTS)]
     if last:
         items[:] = [item for item in items if not item.nodeid.startswith(BOOK_TESTS)] + last
-    if hasattr(config, "workerinput"):  # longest first, so that the workers finish together; the book test last
+    if hasattr(config, "workerinput"):  # longest first; the short unit files last, so that the workers end together
         rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
 
         def order(item):
             file = item.nodeid.split("::")[0]
-            return (item.nodeid.startswith(BOOK_TESTS), rank.get(file, len(rank)), "slow" not in item.keywords)
+            tier = 2 if "slow" not in item.keywords else 1 if item.nodeid.startswith(BOOK_TESTS) else 0
+            return (rank.get(file, len(rank)), tier)
 
         items.sort(key=order)  # stable: each file's tests keep their order
 
