@@ -293,4 +293,4 @@ def test_logprobs_and_entropy_take_a_sequence_at_a_time_on_a_real_vocabulary(wha
     peaks = row_wise_peaks(what, 12, 64, 151936)  # one float32 (B, T, V) tensor: 467 MB, a sequence 39 MB
     one = 12 * 64 * 151936 * 4
     assert peaks[True] > 1.5 * one, f"the one-shot reference should take two or more (B, T, V) float32 tensors: {peaks}"
-    assert peaks[False] < 0.6 * one, f"{what} should take a few sequences' worth, not the batch's: {peaks}"
+    assert peaks[False] < 0.45 * one, f"{what} should take a few sequences' worth, not the batch's: {peaks}"
