@@ -47,7 +47,7 @@ What differs by design, and the two settings we report:
 
 Tokens/s per phase count the tokens that phase processes: generation B*T (sampled tokens, finished
 rows included); scoring B*(P+T) (sequence tokens, whatever the number of models); update
-epochs*B*(P+T). GFLOP/s of the update: ``benchmarks/flops.py``'s count of its matmuls over the update's
+epochs*B*(P+T). GFLOP/s of the update: ``tools/flops.py``'s count of its matmuls over the update's
 seconds, beside a large float32 matmul's GFLOP/s on the same threads (the better of before and after).
 Per trunk (actor, critic), backward = 2 forwards: ``epochs * 3 * (2 N B L + 2 layers B L^2 q + 2 H V B h)``,
 with N the trunk's matmul weights, L = P+T, q = attention heads x head_dim, h the LM head's positions per
@@ -79,9 +79,11 @@ warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renam
 warnings.filterwarnings("ignore", message="data.max_prompt_len")  # the grid's T=128 lowers the prompt limit: expected
 
 import torch  # noqa: E402
-from flops import matmul_rate, update_flops  # noqa: E402  (benchmarks/ is on sys.path: this script's folder)
 from results_meta import save_result  # noqa: E402
 from torch import nn  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tools/
+from tools.flops import matmul_rate, update_flops  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # settings
@@ -421,7 +423,7 @@ def summarize(s: Setting, trl_side: list[Update], ours_side: list[Update], model
         out[f"{side}_P"], out[f"{side}_T"] = _median([u.shape[1] for u in ups]), _median([u.shape[2] for u in ups])
         out[f"{side}_rewards"] = [u.reward for u in ups]
     out["ratios"] = [o.total / t.total for o, t in zip(ours_t, trl_t)]
-    if model_cfg is not None:  # the GFLOP/s the PPO epochs reach (benchmarks/flops.py); TRL's LM head runs on P+T
+    if model_cfg is not None:  # the GFLOP/s the PPO epochs reach (tools/flops.py); TRL's LM head runs on P+T
         for side, ups, critic in (("trl", trl_t, True), ("ours", ours_t, critic_trunk)):
             out[f"{side}_update_gflops"] = _median(
                 [_update_gflops(model_cfg, u, s.ppo_epochs, critic, side == "trl") for u in ups]
@@ -459,7 +461,7 @@ def print_summary(r: dict, s: Setting) -> None:
     )
     if "ours_update_gflops" in r:
         print(
-            f"  PPO epochs' arithmetic (benchmarks/flops.py): ours {r['ours_update_gflops']:.1f} GFLOP/s, TRL "
+            f"  PPO epochs' arithmetic (tools/flops.py): ours {r['ours_update_gflops']:.1f} GFLOP/s, TRL "
             f"{r['trl_update_gflops']:.1f} GFLOP/s (actor and critic trunks); a large fp32 matmul here: "
             f"{r['matmul_gflops']:.1f} GFLOP/s"
         )

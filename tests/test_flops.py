@@ -1,8 +1,5 @@
-"""benchmarks/flops.py: the analytic FLOP count of an update agrees with torch's own count of a real forward and
+"""tools/flops.py: the analytic FLOP count of an update agrees with torch's own count of a real forward and
 backward (``torch.utils.flop_counter``), for the course's tiny Llama and a grouped-query shape."""
-
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -10,10 +7,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from ppo_core.model import ActorWithValueHead, lm_logits
-
-spec = importlib.util.spec_from_file_location("flops", Path(__file__).resolve().parents[1] / "benchmarks" / "flops.py")
-flops = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(flops)
+from tools import flops
 
 TINY = dict(hidden_size=192, num_hidden_layers=2, num_attention_heads=6, intermediate_size=768)  # tasks/tiny.py
 # grouped-query attention with its own head_dim: q is 64 wide, k and v 32, neither is hidden_size

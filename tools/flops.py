@@ -2,7 +2,7 @@
 
 ``benchmarks/vs_trl.py`` divides ``update_flops`` by an update's seconds (the GFLOP/s an update reaches) and
 saves it beside ``matmul_rate``, the GFLOP/s of one large matrix product on the same threads (a reference
-peak). tests/test_bench_flops.py checks the count against ``torch.utils.flop_counter`` on a real forward.
+peak). tests/test_flops.py checks the count against ``torch.utils.flop_counter`` on a real forward.
 """
 
 import time
