@@ -17,6 +17,7 @@ from ..advantages import ADV_ESTIMATORS
 from ..correction import IS_LEVELS, MODES, RS_LEVELS
 from ..kl import KL_ESTIMATORS
 from ..losses import LOSS_AGG_MODES
+from ..objectives import POLICY_LOSSES
 from ..precision import DTYPES
 from ..tasks.data import PROMPT_STYLES
 
@@ -570,8 +571,6 @@ def _validate_correction(c: Config) -> None:
 
 def _validate_objective(c: Config) -> None:
     """The chapter 08 switches: a known objective, sensible clip ranges, groups for dynamic sampling."""
-    from ..objectives import POLICY_LOSSES
-
     a, p = c.algo, c.ppo
     _one_of(a.policy_loss, POLICY_LOSSES, "algo.policy_loss")
     for key in ("clip_eps_low", "clip_eps_high"):

@@ -32,7 +32,7 @@ from ..tasks.synthetic import make_synthetic_task
 from ..tasks.tiny import build_tiny_model, load_tiny
 from ..tasks.warmstart import generate_completions, warm_start_from
 from ..utils import no_transformers_bars
-from .checkpoint import STATE_FILE, clear_run, recover_interrupted_saves, write_atomically
+from .checkpoint import STATE_FILE, CheckpointWriteError, clear_run, recover_interrupted_saves, write_atomically
 from .config import ConfigError, WarmStartConfig, load_config
 from .resume import resume_path
 
@@ -362,8 +362,6 @@ def main(argv=None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except Exception as err:
-        from .checkpoint import CheckpointWriteError
-
         if not isinstance(err, CheckpointWriteError):
             raise  # a bug: keep the traceback
         print(f"error: {err}", file=sys.stderr)  # the disk refused a checkpoint; earlier ones are intact

@@ -31,6 +31,9 @@ from pathlib import Path
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from .data import SYSTEM_PROMPT
+from .synthetic import make_synthetic_task
+
 __all__ = [
     "HUB_SPECIAL_TOKENS",
     "CHAT_TEMPLATE",
@@ -85,9 +88,6 @@ _GSM8K_STYLE = (
 
 def training_text(seed: int = 0, n: int = 2000) -> list[str]:
     """The texts the BPE tokenizer is trained on: synthetic problems and solutions, GSM8K-style text, chat markup."""
-    from .data import SYSTEM_PROMPT
-    from .synthetic import make_synthetic_task
-
     train, _ = make_synthetic_task(seed=seed, n_train=n, n_test=1)
     chat = f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n"
     return [chat] + [f"{r['question']}\n{r['answer']}" for r in train] + list(_GSM8K_STYLE)

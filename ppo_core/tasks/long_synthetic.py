@@ -30,9 +30,10 @@ from pathlib import Path
 
 import torch
 
+from .rewards import is_correct
 from .synthetic import SYNTHETIC_ALPHABET, TEST_NAMES, TEST_OBJECTS, TRAIN_NAMES, TRAIN_OBJECTS
 from .tiny import count_parameters, model_size
-from .warmstart import _save_atomically, _task_digest, _train, settings_hash
+from .warmstart import _save_atomically, _task_digest, _train, generate_completions, settings_hash
 
 __all__ = ["make_long_task", "long_answer", "demonstration", "warm_start_long", "LONG_MAX_NEW_TOKENS"]
 
@@ -153,9 +154,6 @@ def warm_start_long(out_dir: str | Path, seed: int = 0, steps: int = 300, batch_
 
 def _evaluate_long(model, tokenizer, records: list[dict], seed: int) -> dict:
     """Held-out sampled/greedy accuracy and the share of sampled solutions that start from the right number."""
-    from .rewards import is_correct
-    from .warmstart import generate_completions
-
     sampled = generate_completions(model, tokenizer, records, seed=seed, max_new_tokens=LONG_MAX_NEW_TOKENS)
     greedy = generate_completions(model, tokenizer, records, greedy=True, max_new_tokens=LONG_MAX_NEW_TOKENS)
     n = max(len(records), 1)

@@ -31,7 +31,9 @@ import random
 import re
 from pathlib import Path
 
+from .data import build_prompt
 from .rewards import ANSWER_MARKER, gsm8k_reward
+from .warmstart import generate_completions
 
 __all__ = ["gold_reward", "label_pair", "perturb_response", "make_preference_pairs", "load_pairs", "save_pairs",
            "PAIR_KEYS"]  # fmt: skip
@@ -75,9 +77,6 @@ def make_preference_pairs(model, tokenizer, records: list[dict], beta: float = 5
         perturb: probability that the second response is an edit of the first instead of a new sample.
         seed: seeds sampling, perturbations and labels.
     """
-    from .data import build_prompt
-    from .warmstart import generate_completions
-
     rng = random.Random(seed)
     first = generate_completions(model, tokenizer, records, max_new_tokens=max_new_tokens, seed=seed)
     second = generate_completions(model, tokenizer, records, max_new_tokens=max_new_tokens, seed=seed + 1)

@@ -17,6 +17,7 @@ import io
 import torch
 from matplotlib.figure import Figure
 
+from ..objectives import compute_policy_loss
 from ._fallback import display_with_fallback, frames_html
 
 __all__ = [
@@ -176,8 +177,6 @@ def objective_curves(label: str, advantage: float, ratio) -> tuple[torch.Tensor,
     """(objective, gradient) of one token against the ratio, from ``objectives.compute_policy_loss`` itself:
     the objective is -loss (for CISPO, whose loss is no function of r, A plus the integral of its gradient from r = 1),
     the gradient is -d loss / d log pi_theta, the weight on grad log pi_theta."""
-    from ..objectives import compute_policy_loss
-
     name, switches = OBJECTIVES[label]
     ratio = torch.as_tensor(ratio, dtype=torch.float64)
     old = torch.full((ratio.numel(), 1), -1.0, dtype=torch.float64)
