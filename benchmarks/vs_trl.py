@@ -57,6 +57,7 @@ row (ours T, TRL L, a critic 0).
 
 import argparse
 import contextlib
+import json
 import os
 import platform
 import statistics
@@ -640,10 +641,8 @@ def qwen_report(args) -> None:
     from ppo_core.update import minibatch_update
 
     device = torch.device(args.device)
-    print(
-        "\n== GPU report on a random-init Qwen2-0.5B-shaped model, bf16 (ours only). UNMEASURED: this path was "
-        "written on a machine without a GPU and has never been run on one; check it before trusting a number."
-    )
+    print("\n== GPU report on a random-init Qwen2-0.5B-shaped model, bf16 (ours only)")
+    report = {}
     torch.manual_seed(0)
     lm, cfg = qwen_shaped(args.qwen_layers)
     lm.to(device)
@@ -656,6 +655,13 @@ def qwen_report(args) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     flops_peak, bw_nominal = next((v for k, v in NOMINAL.items() if k in name), (float("nan"), float("nan")))
     bw = _copy_bandwidth(device)
+    report.update(
+        device=name,
+        parameters=n_params,
+        copy_bandwidth_gbs=round(bw / 1e9),
+        nominal_bandwidth_gbs=round(bw_nominal / 1e9) if bw_nominal == bw_nominal else None,
+        nominal_bf16_tflops=flops_peak / 1e12,
+    )
     print(
         f"  device {name}; {n_params / 1e6:.0f} M parameters; measured copy bandwidth {bw / 1e9:.0f} GB/s "
         f"(nominal {bw_nominal / 1e9:.0f} GB/s); nominal dense bf16 {flops_peak / 1e12:.0f} TFLOP/s"
@@ -671,6 +677,15 @@ def qwen_report(args) -> None:
         B * (P + T_gen / 2) * cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * head_dim * 2
     )  # bf16, mean length
     bound = B * bw / (2 * n_params + kv_bytes)  # every decode step reads every weight and the whole KV cache once
+    report["generation"] = dict(
+        batch=B,
+        prompt=P,
+        response=T_gen,
+        overall_tok_s=B * T_gen / tT,
+        decode_tok_s=decode_tps,
+        bound_tok_s=bound,
+        fraction_of_bound=decode_tps / bound,
+    )
     print(
         f"  generation: B={B}, P={P}, T={T_gen}: {B * T_gen / tT:,.0f} tok/s overall; decode {decode_tps:,.0f} tok/s = "
         f"{decode_tps / bound:.0%} of the bandwidth bound {bound:,.0f} tok/s (weights {2 * n_params / 1e9:.2f} GB + "
@@ -699,12 +714,23 @@ def qwen_report(args) -> None:
         _, t = _timed(lambda o=optimizer, b=batch: minibatch_update(actor, o, b, temperature=1.0), device)
         flops = update_flops(cfg, mb, P, T_gen, 1, critic_trunk=False, head_positions=T_gen)  # one minibatch
         peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
+        report[f"update_{opt_name}"] = dict(
+            minibatch=mb,
+            tokens=mb * L,
+            seconds=t,
+            tok_s=mb * L / t,
+            tflops=flops / t / 1e12,
+            mfu=flops / t / flops_peak,
+            peak_gib=peak,
+        )
         print(
             f"  update ({opt_name:9s}): minibatch {mb} x {L} tokens: {t:.3f} s, {flops / t / 1e12:.1f} TFLOP/s = "
             f"MFU {flops / t / flops_peak:.1%}; peak memory {peak:.1f} GiB (policy + reference + optimizer + "
             "activations)"
         )
         del optimizer
+    if args.qwen_json:
+        Path(args.qwen_json).write_text(json.dumps(report, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -747,6 +773,7 @@ def parse_args(argv=None):
         action="store_true",
         help="CUDA report on a random-init Qwen2-0.5B-shaped model in bf16",
     )
+    ap.add_argument("--qwen-json", metavar="PATH", help="with --qwen-0.5b: also write its numbers to PATH as JSON")
     ap.add_argument("--qwen-layers", type=int, default=24, help=argparse.SUPPRESS)  # a smaller model for smoke tests
     args = ap.parse_args(argv)
     if args.full:
@@ -779,8 +806,8 @@ def main(argv=None) -> None:
     load_start = [round(x, 2) for x in os.getloadavg()]
     if args.device == "cuda":
         print(
-            "note: the CUDA path was written on a machine without a GPU and never run there: UNMEASURED. Phase "
-            "times are taken without device synchronisation; totals per update are synchronised by .item() calls."
+            "note: phase times are taken without device synchronisation; totals per update are synchronised "
+            "by .item() calls."
         )
     if args.qwen:
         qwen_report(args)

@@ -49,3 +49,13 @@ def tok():
     from ppo_core.tasks.tiny import build_char_tokenizer
 
     return build_char_tokenizer(SYNTHETIC_ALPHABET)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` need a CUDA GPU: without one they are skipped, saying so (``pytest -m cuda`` on a GPU)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (pytest -m cuda runs these on a machine with one)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)

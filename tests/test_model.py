@@ -96,7 +96,7 @@ def test_checkpoints_are_written_without_transformers_bars(tmp_path, capfd):
     assert (tmp_path / "run" / "model.safetensors").is_file()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 def test_value_head_stays_float32_with_bf16_trunk():
     actor = ActorWithValueHead(_gpt2().to(torch.bfloat16)).cuda()
     ids, attn = torch.randint(3, 40, (2, 6), device="cuda"), torch.ones(2, 6, dtype=torch.long, device="cuda")

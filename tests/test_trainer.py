@@ -148,7 +148,7 @@ def test_cuda_preset_without_gpu():
             resolve_device("cuda")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 def test_cuda_code_path_random_qwen(tmp_path):
     """The cuda preset's path (bf16, 8-bit AdamW, accumulation) on a random Qwen2-shaped model."""
     from transformers import Qwen2Config
