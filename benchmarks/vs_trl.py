@@ -694,7 +694,7 @@ def qwen_report(args) -> None:
     score(actor, ref, roT, 1.0, mb)
     L = roT.input_ids.shape[1]
     for opt_name in ("adamw", "adamw8bit"):
-        optimizer = build_optimizer(actor, SimpleNamespace(optimizer=opt_name, lr=1e-6, weight_decay=0.0))
+        optimizer = build_optimizer(actor, SimpleNamespace(optimizer=opt_name, lr=1e-6, weight_decay=0.0, value_lr=0.0))
         idx = torch.arange(mb, device=device)
         batch = {
             "input_ids": roT.input_ids[idx],

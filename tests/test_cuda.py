@@ -53,24 +53,28 @@ def test_rollout_logprobs_on_the_gpu_match_the_cpu():
 
 
 def test_adamw8bit_on_the_gpu_steps_like_adamw():
-    """bitsandbytes' CUDA kernels: 20 steps of AdamW8bit stay within 1e-3 of torch's AdamW on a small problem."""
+    """bitsandbytes' CUDA kernels: 20 steps of AdamW8bit move the weights as torch's AdamW does, up to the
+    moments' 8-bit rounding (measured on an H200: 3e-3 at worst per element, on moves of about 2e-2)."""
     bnb = pytest.importorskip("bitsandbytes")
     torch.manual_seed(0)
     w0 = torch.randn(4096, 64, device="cuda")  # >= 4096 elements: bitsandbytes keeps smaller tensors in 32 bits
     target = torch.randn(4096, 64, device="cuda")
-    out = {}
+    moved, losses = {}, {}
     for name, cls in (("torch", torch.optim.AdamW), ("bnb", bnb.optim.AdamW8bit)):
         w = torch.nn.Parameter(w0.clone())
         opt = cls([w], lr=1e-3, weight_decay=0.0)
         for _ in range(20):
             opt.zero_grad()
-            ((w - target) ** 2).mean().backward()
+            loss = ((w - target) ** 2).mean()
+            loss.backward()
             opt.step()
-        out[name] = w.detach()
+        moved[name], losses[name] = (w.detach() - w0), ((w.detach() - target) ** 2).mean().item()
         if name == "bnb":
             assert opt.state[w]["state1"].dtype == torch.uint8  # really 8-bit
-    assert (out["torch"] - w0).abs().max() > 1e-2  # both moved
-    torch.testing.assert_close(out["bnb"], out["torch"], atol=1e-3, rtol=0)
+    assert moved["torch"].abs().max() > 1e-2  # it moved
+    rel = (moved["bnb"] - moved["torch"]).norm() / moved["torch"].norm()
+    assert rel < 0.05, f"8-bit AdamW's move differs from AdamW's by {rel:.1%}"
+    assert abs(losses["bnb"] - losses["torch"]) < 1e-3 * losses["torch"]
 
 
 def test_chunked_logprobs_keep_their_memory_bound_on_the_gpu():
