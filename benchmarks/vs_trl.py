@@ -486,11 +486,16 @@ def machine() -> str:
                 cpu = line.split(":", 1)[1].strip()
                 break
     import transformers
-    import trl
 
+    try:  # --qwen-0.5b measures ours alone and runs without TRL
+        import trl
+
+        trl_version = trl.__version__
+    except ImportError:
+        trl_version = "not installed"
     return (
         f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__} ({torch.get_num_threads()} threads), "
-        f"transformers {transformers.__version__}, trl {trl.__version__}, Python {platform.python_version()}"
+        f"transformers {transformers.__version__}, trl {trl_version}, Python {platform.python_version()}"
     )
 
 
@@ -574,7 +579,7 @@ def print_grid(rows: list[dict]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# GPU report (--qwen-0.5b). Written without a GPU and never run on one by its authors: UNMEASURED.
+# GPU report (--qwen-0.5b): run on an H200 by benchmarks/cuda_report.py (book/measurements/gpu.md).
 
 NOMINAL = {  # (dense bf16 FLOP/s, memory bandwidth B/s), from the vendors' data sheets; first match wins
     "H200": (989e12, 4.8e12),
@@ -588,12 +593,12 @@ NOMINAL = {  # (dense bf16 FLOP/s, memory bandwidth B/s), from the vendors' data
 }
 
 
-def qwen_shaped(layers: int):
+def qwen_shaped(layers: int, vocab: int = 151936):
     """A random-init model shaped like Qwen2.5-0.5B (494 M parameters at 24 layers), in bf16."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     cfg = Qwen2Config(
-        vocab_size=151936,
+        vocab_size=vocab,
         hidden_size=896,
         intermediate_size=4864,
         num_hidden_layers=layers,
@@ -644,7 +649,7 @@ def qwen_report(args) -> None:
     print("\n== GPU report on a random-init Qwen2-0.5B-shaped model, bf16 (ours only)")
     report = {}
     torch.manual_seed(0)
-    lm, cfg = qwen_shaped(args.qwen_layers)
+    lm, cfg = qwen_shaped(args.qwen_layers, args.qwen_vocab)
     lm.to(device)
     tok = build_char_tokenizer(SYNTHETIC_ALPHABET)  # ids >= 74 decode to nothing: fine for timing
     actor = ActorWithValueHead(lm).to(device)
@@ -775,6 +780,7 @@ def parse_args(argv=None):
     )
     ap.add_argument("--qwen-json", metavar="PATH", help="with --qwen-0.5b: also write its numbers to PATH as JSON")
     ap.add_argument("--qwen-layers", type=int, default=24, help=argparse.SUPPRESS)  # a smaller model for smoke tests
+    ap.add_argument("--qwen-vocab", type=int, default=151936, help=argparse.SUPPRESS)  # likewise
     args = ap.parse_args(argv)
     if args.full:
         args.grid = "full"

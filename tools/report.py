@@ -406,6 +406,99 @@ def _cell(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+# ------------------------------------------------------------------------------------------------ the GPU page
+
+
+def _qwen2_params(trunk: dict, vocab: int) -> int:
+    """Parameters of a Qwen2 model of ``trunk``'s shape with tied embeddings (q/k/v biases, two norms a layer)."""
+    h, f, n = trunk["hidden_size"], trunk["intermediate_size"], trunk["num_hidden_layers"]
+    kv = h // trunk["num_attention_heads"] * trunk["num_key_value_heads"]
+    layer = 2 * (h * h) + h + 2 * (h * kv + kv) + 3 * h * f + 2 * h
+    return vocab * h + n * layer + h
+
+
+def gpu_tests(name: str) -> str:
+    """The cuda-marked tests' closing line."""
+    t = load(name)["tests"]
+    return f"`pytest -m cuda` on the GPU (exit {t['rc']}): **{t['summary']}**.\n\n" + meta(name)
+
+
+def gpu_throughput(name: str) -> str:
+    """benchmarks/vs_trl.py --qwen-0.5b: generation against the bandwidth bound, one update's rate and memory."""
+    d = load(name)["throughput"]
+    g = d["generation"]
+    rows = [["generation (decode)", f"B {g['batch']}, P {g['prompt']}, T {g['response']}", f"{g['decode_tok_s']:,.0f}",
+             f"{g['fraction_of_bound']:.1%} of the bandwidth bound ({g['bound_tok_s']:,.0f} tok/s)", "-"]]  # fmt: skip
+    for opt in ("adamw", "adamw8bit"):
+        u = d[f"update_{opt}"]
+        peak, matmul = d["nominal_bf16_tflops"], d["bf16_matmul_tflops"]
+        rate = f"{u['tflops']:.1f} TFLOP/s: MFU {u['mfu']:.1%} of {peak:.0f}, {u['tflops'] / matmul:.1%} of a matmul's"
+        shape = f"{u['minibatch']} x {u['tokens'] // u['minibatch']} tokens"
+        rows.append([f"update, {opt}", shape, f"{u['tok_s']:,.0f}", rate, f"{u['peak_gib']:.1f} GiB"])
+    head = (
+        f"{d['device']}: {d['parameters'] / 1e6:.0f} M parameters (bf16 weights, full vocabulary); copy bandwidth "
+        f"measured {d['copy_bandwidth_gbs']:,} GB/s (data sheet {d['nominal_bandwidth_gbs']:,}); an 8192^3 bf16 "
+        f"matmul measured {d['bf16_matmul_tflops']:.0f} TFLOP/s (data sheet {d['nominal_bf16_tflops']:.0f})."
+    )
+    return head + "\n\n" + table(["phase", "shape", "tokens/s", "rate", "peak memory"], rows) + "\n\n" + meta(name)
+
+
+def gpu_preset(name: str) -> str:
+    """The cuda preset end to end: ratio, non-finite updates, resume, phase times, tokens/s, peak memory."""
+    d = load(name)["preset"]
+    trunk = d["trunk"]
+    n = _qwen2_params(trunk, 512)
+    fixed = 12 * n  # float32 weights and gradients, 8-bit AdamW's two moments, the bf16 reference: 4 + 4 + 2 + 2 B
+    ratios = d["first_minibatch_max_abs_log_ratio"] + d["first_minibatch_max_abs_log_ratio_resumed"]
+    ph = d["phase_s_median"]
+    rows = [
+        ["steps, then resumed", f"{d['steps']}, then steps {', '.join(map(str, d['resumed_steps']))}"],
+        ["first minibatch, max abs log ratio", f"{max(ratios):.3g} (every one of {len(ratios)} steps)"],
+        ["updates skipped as non-finite", f"{d['nonfinite_updates']:.0f}; every loss finite: {d['all_losses_finite']}"],
+        ["time per step (median)", f"{ph['step']:.2f} s: generate {ph['rollout']:.2f}, score {ph['score']:.2f}, "
+                                   f"update {ph['update']:.2f}"],
+        ["tokens/s", f"generation {d['generation_tok_s']:,.0f}, scoring {d['score_tok_s']:,.0f}, "
+                     f"update {d['update_tok_s']:,.0f}"],
+        ["peak GPU memory", f"{d['peak_memory_gib']:.2f} GiB, of which weights, gradients, 8-bit AdamW and the "
+                            f"bf16 reference take {fixed / 2**30:.2f} GiB ({n / 1e6:.0f} M parameters x 12 bytes)"],
+    ]  # fmt: skip
+    shape = ", ".join(f"{k} {v}" for k, v in trunk.items())
+    sizes = ", ".join(f"`{s}`" for s in d["settings"] if not s.startswith(("model.name_or_path", "train.output_dir")))
+    return (f"Trunk: {shape}; 512-token vocabulary. Overrides of the preset: {sizes}.\n\n"
+            + table(["what", "measured"], rows) + "\n\n" + meta(name))  # fmt: skip
+
+
+def gpu_cpu_task(name: str) -> str:
+    """The cpu preset with model.device=cuda beside the saved CPU runs of the same seeds."""
+    d = load(name)["cpu_task"]
+    cpu = {r["seed"]: r for r in d["cpu_rows"]}
+    rows = []
+    for r in d["rows"]:
+        c = cpu.get(r["seed"], {})
+        nan = float("nan")
+        rows.append([str(r["seed"]), f"{r['before']:.3f} -> {r['after']:.3f}", f"{r['gain_points']:+.1f}",
+                     f"{c.get('gain_points', nan):+.1f}", f"{r['ev_last10']:.2f}", f"{c.get('ev_last10', nan):.2f}",
+                     f"{r['step_s']:.2f}", f"{c.get('step_s', nan):.2f}"])  # fmt: skip
+    gains = [r["gain_points"] for r in d["rows"]]
+    head = ["seed", "GPU sampled", "GPU gain", "CPU gain", "GPU EV", "CPU EV", "GPU s/step", "CPU s/step"]
+    return (records(head, rows) + f"\n\nMean gain on the GPU {mean(gains):+.1f} points over {len(gains)} seeds; "
+            f"CPU rows from `default_run/seeds.json` ({_machine(d['cpu_machine'])}).\n\n" + meta(name))  # fmt: skip
+
+
+def gpu_trl(name: str) -> str:
+    """benchmarks/vs_trl.py --device cuda, as saved inside the GPU report."""
+    settings = load(name)["trl"]["settings"]
+    rows = [[s["setting"], f"{s['trl_s']:.3f}", f"{s['ours_s']:.3f}", f"{s['ratio']:.2f}", f"{s['trl_gc_s']:.3f}",
+             f"{s['ratio_without_gc']:.2f}"] for s in settings]  # fmt: skip
+    return (
+        "\n".join(f"- {_vs_trl_setting(s)}" for s in settings)
+        + "\n\nSeconds per update:\n\n"
+        + records(["setting", "TRL s", "ours s", "ratio", "TRL gc s", "ratio, no gc"], rows)
+        + "\n\n"
+        + meta(name)
+    )
+
+
 GENERATORS = {
     "meta": meta,
     "critic_legend": critic_legend,
@@ -420,6 +513,11 @@ GENERATORS = {
     "memory_logprobs": memory_logprobs,
     "results_in": results_in,
     "vs_trl": vs_trl,
+    "gpu_tests": gpu_tests,
+    "gpu_throughput": gpu_throughput,
+    "gpu_preset": gpu_preset,
+    "gpu_cpu_task": gpu_cpu_task,
+    "gpu_trl": gpu_trl,
 }
 FIGURE_GENERATORS = {"figure_critic_curves": figure_critic_curves, "figure_algos": figure_algos}
 
