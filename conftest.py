@@ -50,6 +50,9 @@ LONGEST_FIRST = (
     "chapters/05_full_loop.ipynb",
     "tests/test_distributed.py",
     "chapters/08_reasoning_objectives.ipynb",
+    "exercises/06_reward_models.ipynb",  # learner copies run whole with the second solutions (exercises/conftest.py)
+    "exercises/08_reasoning_objectives.ipynb",
+    "exercises/05_full_loop.ipynb",
 )
 """The files that take longest, started first under pytest-xdist; the other slow-tier files follow, then the rest."""
 

@@ -12,7 +12,17 @@ For every notebook under ``exercises/`` this file turns that into the test:
   ``NotImplementedYet`` with the "not implemented yet" message: that cell then passes;
 - every later cell is skipped, with the reason, as "Run All stops at the first error";
 - any other error, a checker cell that does not raise, or a notebook that runs to its end fails.
+
+It also adds one test per learner copy, ``exercises/NN_slug.ipynb::second_solutions``: the copy with every stub
+filled with a second, differently written correct solution (``tests/learner_solutions/``), run top to bottom in
+a fresh kernel; every checker must pass and the notebook must reach its end. It sits in the notebook's file, so
+pytest-xdist (``--dist loadfile``) gives it the worker that runs the notebook's cells, and the copies spread over
+the workers. Copies known to stop after correct answers are expected to fail at the named cell
+(``learner_solutions.KNOWN_BREAKS``: xfail, strict).
 """
+
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +36,50 @@ EXPECTED_TEXT = "not implemented yet"
 
 _stopped: dict[str, str] = {}
 """notebook node id -> why its remaining cells are skipped."""
+
+HERE = Path(__file__).resolve().parent
+
+
+def _learner_solutions():
+    """tests/learner_solutions, importable as when pytest collects tests/ (its folder on sys.path)."""
+    tests = str(HERE.parent / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    import learner_solutions
+
+    return learner_solutions
+
+
+class SecondSolutions(pytest.Item):
+    """The learner copy with every exercise filled with its second solution, run top to bottom."""
+
+    def runtest(self):
+        _learner_solutions().run_filled_copy(self.path.stem)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name} with the second solutions, top to bottom"
+
+
+class LearnerCopyRun(pytest.File):
+    """The learner copy's file, as a second collector beside nbval's: it holds the one ``second_solutions`` test."""
+
+    def collect(self):
+        lib = _learner_solutions()
+        item = SecondSolutions.from_parent(self, name="second_solutions")
+        known = lib.KNOWN_BREAKS.get(self.path.stem)
+        if known is not None:
+            item.add_marker(pytest.mark.xfail(strict=True, raises=lib.KnownBreak, reason=known[1]))
+        yield item
+
+
+def pytest_collect_file(file_path, parent):
+    """A learner copy of this repository (its tests/learner_solutions beside it) gets its second-solution run."""
+    if (
+        file_path.suffix == ".ipynb"
+        and file_path.parent == HERE
+        and (HERE.parent / "tests" / "learner_solutions").is_dir()
+    ):
+        return LearnerCopyRun.from_parent(parent, path=file_path)
 
 
 def _learner_cell(item):

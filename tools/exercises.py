@@ -60,6 +60,7 @@ __all__ = [
     "colab_url",
     "find_exercises",
     "stub_source",
+    "replace_solution",
     "learner_copy",
     "render",
     "build",
@@ -206,17 +207,25 @@ def find_exercises(nb: dict, chapter: str) -> list[dict]:
 # ----------------------------------------------------------------------------------------------
 
 
+def replace_solution(source: str, body: str, where: str = "exercise cell") -> str:
+    """The exercise cell's source with its solution region, marker lines included, replaced by ``body``
+    (unindented code), indented to the markers. The learner copy's stub is one such body; the tests put
+    other solutions in the same place (tests/learner_solutions/)."""
+    lines = _lines(source)
+    start, end, indent = _solution_span(lines, where)
+    new = [indent + line if line.strip() else line for line in _lines(body.rstrip("\n") + "\n")]
+    out = "".join(lines[:start] + new + lines[end + 1 :])
+    return out if source.endswith("\n") else out.rstrip("\n")
+
+
 def stub_source(source: str, ex: Exercise, where: str = "") -> str:
     """The exercise cell's source with its solution region replaced by a NotImplementedError stub."""
-    lines = _lines(source)
-    start, end, indent = _solution_span(lines, where or f"exercise {ex.id}")
-    stub = [
-        f"{indent}# Your code here: replace the `raise` below, run this cell, then run the checker cell.\n",
-        f"{indent}# Hint: {ex.hint}.\n",
-        f'{indent}raise NotImplementedError("Exercise {ex.id} is yours to write (the hints are in the cell above)")\n',
-    ]
-    out = "".join(lines[:start] + stub + lines[end + 1 :])
-    return out if source.endswith("\n") else out.rstrip("\n")
+    stub = (
+        "# Your code here: replace the `raise` below, run this cell, then run the checker cell.\n"
+        f"# Hint: {ex.hint}.\n"
+        f'raise NotImplementedError("Exercise {ex.id} is yours to write (the hints are in the cell above)")\n'
+    )
+    return replace_solution(source, stub, where or f"exercise {ex.id}")
 
 
 def _header(chapter: str, exercises: list[dict]) -> str:
