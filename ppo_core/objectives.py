@@ -12,7 +12,7 @@ stop-gradient, each objective is a per-token loss l_{i,t} (to minimise), aggrega
              detached, every token keeps its log-prob gradient (MiniMax-M1, arXiv 2506.13585)
     sapo     -A f_tau(r), f_tau(r) = 4 / tau * sigmoid(tau (r - 1)), tau = tau_pos if A > 0 else tau_neg:
              a soft gate whose slope 4 s (1 - s) fades away from r = 1 instead of dropping to 0 (arXiv 2511.20347);
-             the weight on grad log pi is r times that slope: above 1 for 1 < r < ~3.4 (1.57 at r = 2)
+             the weight on grad log pi is r times that slope: above 1 for 1 < r < ~3.5 (1.57 at r = 2)
 
 At r = 1 (the first minibatch of an update) every one has the plain policy gradient -A grad log pi_theta.
 All inputs (B, T); ``old_logprobs`` and ``advantages`` are constants. Each returns ``(loss, stats)`` with the
