@@ -34,7 +34,7 @@ def dapo_piecewise(lp, old, adv, mask, lo, hi, c):
 
 
 def dapo_trl_delta(lp, old, adv, mask, lo, hi, c):
-    """TRL's two-sided clip (``delta``): the ratio itself capped at c, then PPO's pessimistic max.
+    """TRL's two-sided clip (``delta``): the ratio capped at c in the unclipped term, then PPO's pessimistic max.
     For c > 1 + eps_high it is the dual clip: the checker must accept it."""
     r = (lp - old).exp()
     loss = torch.maximum(-adv * r.clamp(max=c), -adv * r.clamp(1 - lo, 1 + hi))
