@@ -7,7 +7,7 @@ gradient is what counts: its loss value is only a vehicle for it.
 
 No test ratio sits on a kink (1 - eps_low, 1 + eps_high, or c): there the clipped losses have two one-sided
 derivatives and a correct function may return either (``tests/test_checks_ch08.py`` checks the distance).
-Capping the ratio itself at c for A < 0 (TRL's ``delta``, INTELLECT-2's two-sided clip) is *not* a mistake:
+Capping the ratio itself at c in the unclipped term (TRL's ``delta``, INTELLECT-2's two-sided clip) is *not* a mistake:
 for c > 1 + eps_high it is the same loss as the dual clip, so the checker accepts it.
 """
 
