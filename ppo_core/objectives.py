@@ -11,12 +11,18 @@ stop-gradient, each objective is a per-token loss l_{i,t} (to minimise), aggrega
     cispo    -sg(clip(r, 1 - eps_lo, 1 + eps_hi)) A log pi_theta(a_t): the IS weight is clipped and
              detached, every token keeps its log-prob gradient (MiniMax-M1, arXiv 2506.13585)
     sapo     -A f_tau(r), f_tau(r) = 4 / tau * sigmoid(tau (r - 1)), tau = tau_pos if A > 0 else tau_neg:
-             a soft gate whose slope 4 s (1 - s) fades away from r = 1 instead of dropping to 0 (arXiv 2511.20347)
+             a soft gate whose slope 4 s (1 - s) fades away from r = 1 instead of dropping to 0 (arXiv 2511.20347);
+             the weight on grad log pi is r times that slope: above 1 for 1 < r < ~3.5 (1.57 at r = 2)
 
 At r = 1 (the first minibatch of an update) every one has the plain policy gradient -A grad log pi_theta.
 All inputs (B, T); ``old_logprobs`` and ``advantages`` are constants. Each returns ``(loss, stats)`` with the
 stats of ``losses.policy_loss``: ``clipfrac`` (share of tokens whose gradient the trust region cut or bounded),
 ``clipfrac_lower``, ``approx_kl``, ``ratio_mean`` (of the token ratio r).
+
+Where veRL differs (its ``core_algos.py``): its ``vanilla`` loss applies the dual clip always (``clip_ratio_c``,
+default 3), here only when ``dual_clip_c`` is set; its ``gspo`` and ``sapo`` losses always aggregate
+``seq-mean-token-mean``, here ``loss_agg_mode`` applies to every objective (pass ``seq-mean-token-mean`` for
+SAPO's own normalisation: no preset uses SAPO).
 """
 
 import torch

@@ -72,8 +72,16 @@ those of the versions above.
   `ppo.vf_coef`, and a value head on the policy's trunk has no counterpart.
 - **KL.** veRL's default puts no KL in the reward; OpenRLHF has one coefficient for the reward or the loss. The
   adaptive controllers' targets are mean per-token KLs, `ppo.kl_target` a per-response sum.
-- **Dual clip.** veRL's policy loss clips negative advantages at `clip_ratio_c` by default; the export turns it
-  off, as `ppo_core`'s loss has none.
+- **Dual clip.** veRL's `vanilla` policy loss applies the dual clip to every token with $A<0$, always
+  (`clip_ratio_c`, default 3); `ppo_core`'s is off unless `ppo.dual_clip_c` is set, so the export writes
+  `clip_ratio_c=1e9` (no cap) when it is off.
+- **Aggregation of GSPO and SAPO.** veRL's `gspo` and `sapo` losses always aggregate `seq-mean-token-mean`,
+  whatever `loss_agg_mode` says; `ppo_core` applies `algo.loss_agg_mode` to them too (the `cpu-gspo` preset sets
+  `seq-mean-token-mean`; no preset uses SAPO, whose default `token-mean` is not SAPO's own normalisation).
+- **The entropy bonus.** veRL aggregates the entropy term with the policy's `loss_agg_mode`; `ppo_core`
+  always takes its token mean.
+- **The k3 estimator.** veRL clamps the per-token `low_var_kl` at ±10 (and its log-ratio at ±20); `ppo_core`'s
+  k3 is not clamped. The two agree wherever a token's k3 is below 10.
 """
 
 
@@ -146,6 +154,49 @@ def _gaps_by_preset() -> list[str]:
     return lines + [""]
 
 
+CH08_KEYS = ("ppo.clip_eps_low", "ppo.clip_eps_high", "ppo.dual_clip_c", "algo.policy_loss", "algo.loss_agg_mode",
+             "algo.sapo_tau_pos", "algo.sapo_tau_neg", "algo.dynamic_sampling", "algo.max_sampling_rounds",
+             "rollout.overlong_filter", "reward.overlong_buffer_len", "reward.overlong_penalty",
+             "reward.missing_eos_penalty")  # fmt: skip
+CH08_RUNS = {  # what each chapter 08 key is written as when it is on: the preset and the overrides that switch it on
+    "vanilla (cpu-dapo)": ("cpu-dapo", ["ppo.dual_clip_c=3.0", "rollout.overlong_filter=true",
+                                        "reward.missing_eos_penalty=0.5"]),
+    "gspo (cpu-gspo)": ("cpu-gspo", []),
+    "cispo (cpu-cispo)": ("cpu-cispo", []),
+    "sapo": ("cpu-grpo", ["algo.policy_loss=sapo"]),
+}  # fmt: skip
+
+
+def _chapter08() -> list[str]:
+    """Chapter 08's keys switched on: the cells of the presets that use them (the shown preset has them off)."""
+    lines = [
+        "## Chapter 08's switches, switched on",
+        "",
+        "The lists above show the `cuda` preset, where chapter 08's switches are off. Here each is shown where it",
+        "is on: the `cpu-dapo` preset with the dual clip, the overlong filter and a missing-EOS penalty added, the",
+        "`cpu-gspo` and `cpu-cispo` presets, and `cpu-grpo` with `algo.policy_loss=sapo`; the names are those of",
+        f"veRL {VERL_VERSION} and OpenRLHF {OPENRLHF_VERSION}, TRL's those of its `GRPOConfig`. A value shared by",
+        "several runs is listed once, with the runs in brackets.",
+        "",
+    ]
+    ctxs = {}
+    for label, (preset, extra) in CH08_RUNS.items():
+        cfg = load_config(preset, [f"model.name_or_path={MODEL}", *extra])
+        ctxs[label] = Ctx(cfg, MODEL, cfg.data.n_train, FILES)
+    rows = {r.key: r for r in ROWS}
+    for key in CH08_KEYS:
+        row, seen = rows[key], {}
+        for label, ctx in ctxs.items():
+            cells = (_fmt(ctx.get(key)), _cell("verl", row, ctx), _cell("openrlhf", row, ctx))
+            seen.setdefault(cells, []).append(label)
+        trl = f"`{row.trl}`" if re.fullmatch(r"[\w.]+", row.trl) else row.trl
+        lines.append(f"- `{key}` (TRL: {trl})")
+        for (value, verl, orl), labels in seen.items():
+            where = "" if len(seen) == 1 else f" ({', '.join(labels)})"
+            lines.append(f"  - `{value or chr(34) * 2}`{where}: veRL {verl}; OpenRLHF {orl}")
+    return lines + [""]
+
+
 def render() -> str:
     cfg = load_config(SHOWN, [f"model.name_or_path={MODEL}"])
     ctx = Ctx(cfg, MODEL, cfg.data.n_train, FILES)
@@ -153,6 +204,7 @@ def render() -> str:
     lines = [HEAD, "## Key by key", ""]
     for section in SECTIONS:
         lines += _section(section, ctx)
+    lines += _chapter08()
     lines += _gaps_by_preset()
     return "\n".join(lines).rstrip() + "\n"
 

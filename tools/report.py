@@ -77,6 +77,8 @@ def meta(*names: str) -> str:
         if "load_average" in m:  # (1, 5, 15 min) when it started and when it ended
             start, end = (", ".join(f"{x:.2f}" for x in m["load_average"][k]) for k in ("start", "end"))
             note += f" Load average (1, 5, 15 min): {start} at the start, {end} at the end."
+        if "load_at_start" in m:  # (1, 5, 15 min) when the first run started
+            note += f" Load average (1, 5, 15 min) at the start: {', '.join(f'{x:.2f}' for x in m['load_at_start'])}."
         out.append(f"- `benchmarks/results/{name}`: machine: {_machine(m['machine'])}{versions}; date {m['date']}; "
                    f"commit `{m['commit']}`.{note}")  # fmt: skip
         out.append("\n  ```text\n" + "\n".join(f"  {c}" for c in commands) + "\n  ```")  # a long command scrolls
@@ -261,6 +263,30 @@ def algos_summary(name: str) -> str:
         accuracy = f"{mean(after):.3f} [{min(after):.3f}, {max(after):.3f}]"
         rows.append([ALGOS[m], len(rs), accuracy, f"{train_s:.0f}", f"{rss:.0f}", f"{length:.1f}"])
     header = ["method", "seeds", "final accuracy, mean [min, max]", "training s", "peak RSS MB", "response tokens"]
+    return table(header, rows)
+
+
+def _span(xs: list[float], fmt: str) -> str:
+    return f"{mean(xs):{fmt}} [{min(xs):{fmt}}, {max(xs):{fmt}}]"
+
+
+def objectives_summary(name: str) -> str:
+    """Chapter 08's arms, means over seeds [min, max]: accuracy, entropy, episodes drawn, time, EOS."""
+    data = load(name)
+    rows = []
+    for m, label in data["labels"].items():
+        rs = [r for r in data["runs"] if r["method"] == m]
+        if not rs:
+            continue
+        fell = sum(r["entropy"][-1] < r["entropy"][0] for r in rs)
+        no_eos = mean([1 - mean(r["eos_rate"]) for r in rs]) * 100
+        rows.append([label, len(rs), _span([r["after"] for r in rs], ".3f"),
+                     f"{mean([r['entropy'][0] for r in rs]):.3f} → {mean([r['entropy'][-1] for r in rs]):.3f}",
+                     f"{fell} of {len(rs)}", f"{mean([r['trained_episodes'] for r in rs]):.0f}",
+                     _span([r["drawn_episodes"] for r in rs], ".0f"), _span([r["s_per_step"] for r in rs], ".2f"),
+                     f"{no_eos:.1f}"])  # fmt: skip
+    header = ["arm", "seeds", "final accuracy", "entropy first → last", "entropy fell", "episodes trained",
+              "episodes drawn", "s / step", "% without EOS"]  # fmt: skip
     return table(header, rows)
 
 
@@ -510,6 +536,7 @@ GENERATORS = {
     "default_run": default_run,
     "algos_curve": algos_curve,
     "algos_summary": algos_summary,
+    "objectives_summary": objectives_summary,
     "memory_logprobs": memory_logprobs,
     "results_in": results_in,
     "vs_trl": vs_trl,

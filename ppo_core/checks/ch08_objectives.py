@@ -4,6 +4,11 @@ Each runs the learner's function on small seeded cases (ratios inside and beyond
 range, both signs of the advantage, a padded batch), compares the loss and its gradient with
 ``ppo_core.objectives.compute_policy_loss`` and names the typical mistake when one matches. For CISPO the
 gradient is what counts: its loss value is only a vehicle for it.
+
+No test ratio sits on a kink (1 - eps_low, 1 + eps_high, or c): there the clipped losses have two one-sided
+derivatives and a correct function may return either (``tests/test_checks_ch08.py`` checks the distance).
+Capping the ratio itself at c in the unclipped term (TRL's ``delta``, INTELLECT-2's two-sided clip) is *not* a mistake:
+for c > 1 + eps_high it is the same loss as the dual clip, so the checker accepts it.
 """
 
 import torch
@@ -15,14 +20,24 @@ from ._common import CheckFailure, call, checker, expect_close
 __all__ = ["check_dapo_policy_loss", "check_cispo_loss"]
 
 
-def _case(seed: int, B: int, T: int):
-    """logprobs, old_logprobs, advantages, mask; row 0 holds ratios 0.5, 0.9, 1.25, 1.5, 2.5 for A = +1 and -1."""
+RATIOS = (0.45, 0.85, 1.15, 1.6, 2.7)  # below, inside and beyond the clip ranges and c of every case, on no kink
+DAPO_CASES = ((0, (3, 12), (0.2, 0.28, 2.0)), (1, (4, 10), (0.1, 0.4, 1.5)), (2, (2, 3), (0.2, 0.2, 3.0)))
+CISPO_CASES = ((3, (3, 12), (0.2, 0.28)), (4, (4, 10), (1.0, 0.3)), (5, (2, 4), (0.1, 0.1)))
+
+
+def _case(seed: int, B: int, T: int, kinks=()):
+    """logprobs, old_logprobs, advantages, mask; row 0 holds the ``RATIOS`` for A = +1 and -1. The random
+    ratios within 0.03 of a kink are moved to 0.04 from it, on their side."""
     g = torch.Generator().manual_seed(seed)
     old = -3.0 * torch.rand(B, T, generator=g, dtype=torch.float64) - 0.05
-    log_ratio = 0.5 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    ratio = torch.exp(0.5 * torch.randn(B, T, generator=g, dtype=torch.float64))
+    for k in kinks:
+        near = (ratio - k).abs() < 0.03
+        ratio = torch.where(near, torch.where(ratio < k, k - 0.04, k + 0.04), ratio)
+    log_ratio = ratio.log()
     adv = torch.randn(B, T, generator=g, dtype=torch.float64)
     if T >= 10:
-        r = torch.tensor([0.5, 0.9, 1.25, 1.5, 2.5], dtype=torch.float64)
+        r = torch.tensor(RATIOS, dtype=torch.float64)
         log_ratio[0, :10] = torch.cat([r, r]).log()
         adv[0, :10] = torch.tensor([1.0] * 5 + [-1.0] * 5, dtype=torch.float64)
     lengths = torch.randint(1, T + 1, (B,), generator=g)
@@ -68,8 +83,14 @@ def _dapo_mistakes(lp, old, adv, mask, lo, hi, c):
         "took the max with -A * c instead of the min (the dual clip caps the loss from above)": masked_mean(
             torch.where(adv < 0, torch.maximum(clipped, -adv * c), clipped), mask
         ),
-        "capped the ratio at c (for A < 0 the cap is on the loss, -A * c: beyond r = c the gradient is 0)": masked_mean(
-            torch.maximum(-adv * ratio.clamp(max=c), -adv * torch.clamp(ratio, 1 - lo, 1 + hi)), mask
+        "took the min of the two PPO terms instead of the max (the clipped loss is the pessimistic one, the max of "
+        "-A r and -A clip(r))": masked_mean(
+            torch.where(
+                adv < 0,
+                torch.minimum(torch.minimum(-adv * ratio, -adv * torch.clamp(ratio, 1 - lo, 1 + hi)), -adv * c),
+                torch.minimum(-adv * ratio, -adv * torch.clamp(ratio, 1 - lo, 1 + hi)),
+            ),
+            mask,
         ),
     }
 
@@ -78,15 +99,9 @@ def _dapo_mistakes(lp, old, adv, mask, lo, hi, c):
 def check_dapo_policy_loss(fn):
     """Check ``fn(logprobs, old_logprobs, advantages, mask, clip_eps_low, clip_eps_high, dual_clip_c) -> loss``
     (exercise 8.1): PPO's clipped loss with an asymmetric range and the dual clip, a token mean."""
-    for seed, (B, T), (lo, hi, c) in [
-        (0, (3, 12), (0.2, 0.28, 2.0)),
-        (1, (4, 10), (0.1, 0.4, 1.5)),
-        (2, (2, 3), (0.2, 0.2, 3.0)),
-    ]:
-        lp, old, adv, mask = _case(seed, B, T)
-        case = (
-            f"B={B}, T={T}, clip_eps_low={lo}, clip_eps_high={hi}, dual_clip_c={c}, ratios 0.5 .. 2.5, A of both signs"
-        )
+    for seed, (B, T), (lo, hi, c) in DAPO_CASES:
+        lp, old, adv, mask = _case(seed, B, T, kinks=(1 - lo, 1 + hi, c))
+        case = f"B={B}, T={T}, clip_eps_low={lo}, clip_eps_high={hi}, dual_clip_c={c}, ratios {RATIOS}, A of both signs"
         x = lp.clone().requires_grad_(True)
         loss = _scalar(call(fn, x, old, adv, mask, lo, hi, c), "dapo_policy_loss")
         want, _ = compute_policy_loss("vanilla", lp, old, adv, mask, clip_eps_low=lo, clip_eps_high=hi, dual_clip_c=c)
@@ -139,9 +154,9 @@ def _cispo_mistake_grads(lp, old, adv, mask, lo, hi):
 def check_cispo_loss(fn):
     """Check ``fn(logprobs, old_logprobs, advantages, mask, clip_eps_low, clip_eps_high) -> loss`` (exercise 8.2):
     CISPO's loss, a token mean whose gradient is clip(r) * A * grad log pi on every token."""
-    for seed, (B, T), (lo, hi) in [(3, (3, 12), (0.2, 0.28)), (4, (4, 10), (1.0, 0.3)), (5, (2, 4), (0.1, 0.1))]:
-        lp, old, adv, mask = _case(seed, B, T)
-        case = f"B={B}, T={T}, clip_eps_low={lo}, clip_eps_high={hi}, ratios 0.5 .. 2.5, A of both signs"
+    for seed, (B, T), (lo, hi) in CISPO_CASES:
+        lp, old, adv, mask = _case(seed, B, T, kinks=(1 - lo, 1 + hi))
+        case = f"B={B}, T={T}, clip_eps_low={lo}, clip_eps_high={hi}, ratios {RATIOS}, A of both signs"
         x = lp.clone().requires_grad_(True)
         loss = _scalar(call(fn, x, old, adv, mask, lo, hi), "cispo_loss")
         y = lp.clone().requires_grad_(True)
