@@ -296,6 +296,10 @@ class SamplerConfig:
     """Sample from the k most likely tokens only (0 = all) while the trainer scores the full softmax."""
     top_p: float = 1.0
     """Sample from the smallest set of tokens of total probability top_p (1.0 = all)."""
+    keep_sampling_mask: bool = False
+    """Score pi_old and pi_theta on the sampler's top-k/top-p support too (DeepSeek-V3.2): mu = pi_old again."""
+    weight_noise: float = 0.0
+    """s > 0: the sampler's copy gets fixed noise s * std(w) * N(0, 1) on each weight, a mismatch of any size."""
 
 
 @dataclass
