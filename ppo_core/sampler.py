@@ -26,10 +26,13 @@ __all__ = ["Sampler", "apply_sampling_mask"]
 NOISE_SEED = 1234  # the noise is one fixed draw: the same "other engine" at every sync, not fresh noise per step
 
 
+MASKED_LOGIT = -1e4  # not -inf: exp underflows to exactly 0 all the same, and no 0 * inf reaches a gradient
+
+
 def apply_sampling_mask(logits: torch.Tensor, sampling_mask: torch.Tensor) -> torch.Tensor:
-    """(B, T, V) logits with -inf where the sampler's top-k/top-p could not draw (``sampling_mask`` False):
-    their softmax is the sampler's renormalised nucleus, the distribution the tokens were drawn from."""
-    return logits.masked_fill(~sampling_mask.to(logits.device), float("-inf"))
+    """(B, T, V) logits set to ``MASKED_LOGIT`` where the sampler's top-k/top-p could not draw (``sampling_mask``
+    False): their softmax is the sampler's renormalised nucleus, the distribution the tokens were drawn from."""
+    return logits.masked_fill(~sampling_mask.to(logits.device), MASKED_LOGIT)
 
 
 class Sampler:

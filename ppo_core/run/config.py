@@ -561,6 +561,7 @@ def _validate_correction(c: Config) -> None:
     s, k = c.sampler, c.correction
     _one_of(s.dtype, ("", *DTYPES), "sampler.dtype")
     _check(s.stale_steps >= 0, f"sampler.stale_steps must be >= 0, got {s.stale_steps}")
+    _check(s.weight_noise >= 0, f"sampler.weight_noise must be >= 0, got {s.weight_noise}")
     _check(s.top_k >= 0 and 0 < s.top_p <= 1, "sampler.top_k must be >= 0 and sampler.top_p in (0, 1]")
     _one_of(k.mode, MODES, "correction.mode")
     _one_of(k.is_level, (None, *IS_LEVELS), "correction.is_level")
