@@ -6,9 +6,11 @@ Every run is the cpu preset's training command (``python -m ppo_core.train --con
 with one mismatch between the sampler mu and the trainer's pi_old (``sampler.*``) and one correction
 (``correction.*``):
 
-* grid:  mismatches bf16 (``sampler.dtype=bfloat16``), fp16, stale (``sampler.stale_steps=2``) and top-p
-  (``sampler.top_p=0.9``), each with no correction, token TIS, sequence TIS, token MIS, IcePop and bypass;
-  and the run without a mismatch;
+* grid:  mismatches bf16 (``sampler.dtype=bfloat16``), fp16, stale (``sampler.stale_steps=2``), top-p
+  (``sampler.top_p=0.9``) and a noisy copy (``sampler.weight_noise=0.75``), each with no correction, token TIS,
+  sequence TIS, token MIS, IcePop, bypass, bypass with a wider clip (the control for bypass's clipped tokens)
+  and, for top-p, the fix itself (``sampler.keep_sampling_mask``); and the run without a mismatch
+  (``--only`` and ``--corrections`` pick a part of the grid);
 * stale: ``sampler.stale_steps`` k in {0, 1, 2, 4} without a correction, and with token TIS.
 
 Per run it keeps the held-out sampled accuracy before and after, the training accuracy of each step, the
@@ -36,6 +38,7 @@ MISMATCHES = {
     "fp16": ["sampler.dtype=float16"],
     "stale2": ["sampler.stale_steps=2"],
     "top_p0.9": ["sampler.top_p=0.9"],
+    "noise0.75": ["sampler.weight_noise=0.75"],  # a copy with fixed weight noise: corrections act on > 5 % of tokens
 }
 CORRECTIONS = {
     "none": [],
@@ -50,6 +53,8 @@ CORRECTIONS = {
         "correction.rs_threshold_lower=0.5",
     ],  # fmt: skip
     "bypass": ["correction.mode=bypass"],
+    "bypass-clip0.3": ["correction.mode=bypass", "ppo.clip_eps=0.3"],  # the control: does bypass's clip cost it?
+    "keep-mask": ["sampler.keep_sampling_mask=true"],  # top-k/top-p only: pi_old, pi_theta on the sampler's support
 }
 LOGGED = ("mismatch/kl_k1", "mismatch/kl_k3", "mismatch/max_abs_log_ratio", "policy/clipfrac",
           "correction/truncated_frac", "correction/masked_frac", "correction/weight_max")  # fmt: skip

@@ -15,6 +15,11 @@ l_t = log pi_old(a_t) - log mu(a_t) and rho_t = exp(l_t), the corrections (veRL'
 Decoupled mode clips against pi_old and multiplies each token's policy loss by w (rejected tokens leave
 the mask); bypass mode sets pi_old := mu. Every weight is 1 and every token kept when mu = pi_old.
 All tensors (B, T); masks boolean; weights are constants (no gradient) and 0 off the mask.
+
+Where veRL differs (verl/trainer/ppo/rollout_corr_helper.py): its IcePop (rollout_is_threshold "lo_hi") and
+the IcePop paper (arXiv:2510.18855) keep rejected tokens in the token mean's count with weight 0; here they
+leave it (as with veRL's rollout_rs). veRL's token_k1 rejection bounds mu / pi_old, this module pi_old / mu:
+the same tokens for symmetric bounds (lo = 1 / hi), [lo, hi] here is [1 / hi, 1 / lo] there.
 """
 
 import torch
@@ -77,8 +82,8 @@ def rejection_mask(
     old_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor, level: str = "token",
     threshold: float = 2.0, threshold_lower: float | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """Masked importance sampling: ``mask`` with False where the level's weight leaves
-    [``threshold_lower``, ``threshold``] (lower default 1 / threshold), (B, T) bool."""
+    """Masked importance sampling: ``mask`` with False where the level's weight pi_old / mu leaves
+    [``threshold_lower``, ``threshold``] (lower default 1 / threshold), (B, T) bool. veRL bounds mu / pi_old."""
     lo = 1.0 / threshold if threshold_lower is None else threshold_lower
     w = importance_weights(old_logprobs, behaviour_logprobs, mask, level)
     return mask.to(torch.bool) & (w >= lo) & (w <= threshold)
@@ -88,7 +93,8 @@ def icepop_weights(
     old_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor, lower: float = 0.5,
     upper: float = 5.0,
 ) -> torch.Tensor:  # fmt: skip
-    """IcePop (Ling team, 2025): rho_t where lower <= rho_t <= upper, else 0; (B, T). Defaults: the paper's."""
+    """IcePop (Ling team, 2025, arXiv:2510.18855): rho_t where lower <= rho_t <= upper, else 0; (B, T). Defaults:
+    the paper's. In the trainer a rejected token also leaves the loss's token count (the paper keeps it)."""
     keep = rejection_mask(old_logprobs, behaviour_logprobs, mask, "token", upper, lower)
     return torch.where(keep, importance_weights(old_logprobs, behaviour_logprobs, mask), 0.0)
 

@@ -23,6 +23,7 @@ from .logprobs import logprobs_from_logits, response_slice
 from .masking import response_mask
 from .model import lm_logits, position_ids_from_mask
 from .precision import autocast
+from .sampler import apply_sampling_mask
 
 __all__ = [
     "Rollout",
@@ -51,6 +52,7 @@ class Rollout:
     values: torch.Tensor | None = None  # (B, T) old values; None for an actor without a value head
     ref_logprobs: torch.Tensor | None = None  # (B, T) frozen reference
     behaviour_logprobs: torch.Tensor | None = None  # (B, T) the sampler's own, from generate's scores (chapter 09)
+    sampling_mask: torch.Tensor | None = None  # (B, T, V) bool: the tokens top-k/top-p let the sampler draw (ch. 09)
 
     @property
     def keep(self) -> slice:
@@ -187,6 +189,7 @@ def sample(
     behaviour: bool = False,
     top_k: int = 0,
     top_p: float = 1.0,
+    keep_sampling_mask: bool = False,
 ) -> Rollout:
     """Generate one response per prompt (``temperature=None``: greedy). Returns a Rollout without scores.
 
@@ -198,6 +201,7 @@ def sample(
     under autocast; None or float32: as the weights are). ``behaviour``: also keep the sampler's logprob of
     each token, log softmax of generate's scores (logits / temperature after top-k/top-p), chapter 09; it
     holds the (b, T, V) scores of one generate call. ``top_k``, ``top_p``: see ``sampling_config``.
+    ``keep_sampling_mask``: also keep which tokens top-k/top-p left drawable, (B, T, V) bool (True off the mask).
     """
     device = next(lm.parameters()).device
     ids, attn = tokenize_prompts(tokenizer, prompts, max_prompt_len, device)  # (B, P)
@@ -205,8 +209,8 @@ def sample(
     stops = stop_token_ids(lm, tokenizer)
     gen_cfg = sampling_config(tokenizer, max_new_tokens, temperature, stops, top_k, top_p)
     gen_cfg.return_dict_in_generate = True
-    gen_cfg.output_scores = behaviour
-    chunks, beh = [], []
+    gen_cfg.output_scores = behaviour or keep_sampling_mask
+    chunks, beh, kept = [], [], []
     step = batch_size or len(prompts)
     with autocast(device, dtype), _own_generation_config(lm, gen_cfg):
         for i in range(0, len(prompts), step):
@@ -215,6 +219,8 @@ def sample(
             if behaviour:  # the sampler's logprob of each drawn token, (b, T_i)
                 scores = torch.stack(out.scores, dim=1).float()  # (b, T_i, V)
                 beh.append(torch.log_softmax(scores, -1).gather(-1, chunks[-1].unsqueeze(-1)).squeeze(-1))
+            if keep_sampling_mask:  # the warpers set the logits outside the nucleus to -inf
+                kept.append(torch.isfinite(torch.stack(out.scores, dim=1)))  # (b, T_i, V)
             if prompt_cache is not None:
                 prompt_cache.keep(lm, i, out)
     T = max(c.shape[1] for c in chunks)
@@ -233,6 +239,10 @@ def sample(
         width = max(b.shape[1] for b in beh)
         beh = torch.cat([torch.nn.functional.pad(b, (0, width - b.shape[1])) for b in beh])[:, :T]
         beh = torch.where(mask, beh, 0.0)
+    if keep_sampling_mask:  # every token drawable off the response mask: no all -inf row anywhere
+        width = max(k.shape[1] for k in kept)
+        kept = torch.cat([torch.nn.functional.pad(k, (0, 0, 0, width - k.shape[1])) for k in kept])[:, :T]
+        kept = kept | ~mask.unsqueeze(-1)
     return Rollout(
         input_ids=torch.cat([ids, response], dim=1),
         attention_mask=torch.cat([attn, mask.long()], dim=1),
@@ -241,6 +251,7 @@ def sample(
         mask=mask,
         completions=completions,
         behaviour_logprobs=beh if behaviour else None,
+        sampling_mask=kept if keep_sampling_mask else None,
     )
 
 
@@ -291,8 +302,10 @@ def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int, promp
 
     ``prompt_cache``: the ``fastpaths.PromptCache`` that ``sample`` filled; the actor's forward then
     reuses the prompt's keys and values (same numbers up to float rounding). None: full forwards.
+    ``ro.sampling_mask`` (chapter 09's Keep Sampling Mask): pi_old is scored on the sampler's top-k/top-p support.
     """
-    cached = prompt_cache.actor_scores(actor, ro, temperature) if prompt_cache is not None else None
+    keep_mask = ro.sampling_mask is not None
+    cached = prompt_cache.actor_scores(actor, ro, temperature) if prompt_cache is not None and not keep_mask else None
     logprobs, values, ref_logprobs = [], [], []
     for i in range(0, ro.input_ids.shape[0], batch_size):
         ids, attn = ro.input_ids[i : i + batch_size], ro.attention_mask[i : i + batch_size]
@@ -300,6 +313,8 @@ def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int, promp
         pos = position_ids_from_mask(attn)
         if cached is None:
             logits, v = actor(ids, attn, pos, keep=ro.keep)  # (b, T, V), (b, T)
+            if keep_mask:
+                logits = apply_sampling_mask(logits, ro.sampling_mask[i : i + batch_size])
             logprobs.append(logprobs_from_logits(logits, tokens, temperature))
             values.append(v)
         ref_logits, _ = lm_logits(ref_lm, ids, attn, pos, keep=ro.keep)

@@ -182,6 +182,7 @@ class PPOTrainer:
             "returns": returns,
             "ref_logprobs": ro.ref_logprobs if self.cfg.algo.use_kl_loss else None,
             "keep": ro.keep,  # the slice [P-1 : P+T-1] of the positions that score the response
+            "sampling_mask": ro.sampling_mask,  # chapter 09: the sampler's top-k/top-p support, if kept
         }
         return {key: v for key, v in data.items() if v is not None}  # no critic: no values, no returns
 

@@ -19,6 +19,7 @@ from .losses import entropy_loss, loss_units, value_loss
 from .model import position_ids_from_mask
 from .objectives import compute_policy_loss
 from .precision import autocast
+from .sampler import apply_sampling_mask
 
 __all__ = [
     "ppo_loss",
@@ -61,10 +62,13 @@ def ppo_loss(
     and ``policy_kwargs`` its switches; ``mb["units"]`` (``losses.loss_units`` of the whole minibatch; absent:
     these rows' own) is every term's denominator. Chapter 09's corrections: ``is_weights`` (B, T) multiply
     each token's advantage (every objective here scales with A), and the policy loss counts ``policy_mask``'s
-    tokens only (``mb["policy_units"]``: the whole minibatch's).
+    tokens only (``mb["policy_units"]``: the whole minibatch's); ``sampling_mask`` (B, T, V) restricts the
+    policy to the sampler's top-k/top-p support.
     """
     pos = position_ids_from_mask(mb["attention_mask"])
     logits, values = actor(mb["input_ids"], mb["attention_mask"], pos, keep=mb["keep"])  # (B, T, V), (B, T)
+    if "sampling_mask" in mb:  # chapter 09's Keep Sampling Mask: pi_theta on the sampler's top-k/top-p support
+        logits = apply_sampling_mask(logits, mb["sampling_mask"])
     logprobs = logprobs_from_logits(logits, mb["response_ids"], temperature)  # (B, T)
     mask = mb["mask"]
     units = mb.get("units")  # the minibatch's counts: micro-batches add up (chapter 08)

@@ -127,10 +127,36 @@ def test_bf16_sampler_makes_a_measured_mismatch_and_bypass_clips_against_it(tiny
     assert tr.sampler.lm.dtype == torch.bfloat16 and tr.cfg.train.check_ratio
 
 
+def test_weight_noise_is_one_fixed_draw_of_its_scale():
+    lm = torch.nn.Linear(64, 64)
+    s = Sampler(lm, weight_noise=0.5)
+    first = s.lm.weight.detach().clone()
+    rel = ((first - lm.weight) / lm.weight.std()).std().item()
+    assert s.own and s.mismatch and 0.4 < rel < 0.6  # s * std(w) * N(0, 1)
+    s.sync(lm)  # the same weights again: the same perturbed copy (one engine, not fresh noise per step)
+    assert torch.equal(s.lm.weight, first) and not torch.equal(s.lm.weight, lm.weight)
+
+
+def test_keep_sampling_mask_scores_pi_old_and_pi_theta_on_the_samplers_support(tiny_model_path, tmp_path, one_thread):
+    """top-p: without the mask log rho = log Z < 0; with it pi_old = mu, the ratio starts at 1, gradients finite."""
+    top_p = ["sampler.top_p=0.7", "ppo.ent_coef=0.01"]
+    plain = make(tiny_model_path, tmp_path / "p", *top_p)
+    ro = plain.collect(plain.prompt_batch(1))
+    assert ro.sampling_mask is None and (ro.logprobs - ro.behaviour_logprobs)[ro.mask].min() < -1e-2
+    tr = make(tiny_model_path, tmp_path / "k", *top_p, "sampler.keep_sampling_mask=true")
+    ro = tr.collect(tr.prompt_batch(1))
+    assert ro.sampling_mask.shape == (*ro.mask.shape, tr.actor.lm.config.vocab_size)
+    assert not ro.sampling_mask[ro.mask].all()  # the nucleus left tokens out
+    assert_close(ro.logprobs[ro.mask], ro.behaviour_logprobs[ro.mask], atol=1e-5, rtol=1e-5)
+    m = tr.learn(ro)  # the ratio check is on: pi_theta on the same support starts at pi_old
+    assert m["train/skipped"] == 0 and m["mismatch/max_abs_log_ratio"] < 1e-5
+
+
 @pytest.mark.parametrize(
     "override, match",
     [("sampler.dtype=int8", "sampler.dtype must be"), ("correction.is_level=geometric", "correction.is_level"),
-     ("sampler.top_p=0", "top_p"), ("sampler.stale_steps=-1", "stale_steps")],
+     ("sampler.top_p=0", "top_p"), ("sampler.stale_steps=-1", "stale_steps"),
+     ("sampler.weight_noise=-0.1", "weight_noise")],
 )  # fmt: skip
 def test_bad_settings_are_one_line_errors(override, match):
     with pytest.raises(ConfigError, match=match) as err:

@@ -207,6 +207,13 @@ def _orl_is_only(ctx, value):
     return Same("no correction") if k.is_level is None and k.rs_level is None else Gap(_ORL_IS)
 
 
+_VERL_RS_LOWER = (
+    "veRL 0.9 rejects outside [1/threshold, threshold]; veRL's token_k1 bounds mu/pi_old where this package bounds "
+    "pi_old/mu ([lo, hi] here is [1/hi, 1/lo] there); and with is_level=token, rs_level=token (IcePop) a rejected "
+    "token leaves this package's token mean, where IcePop and veRL's IcePop keep it with weight 0"
+)
+
+
 def _verl_rs(ctx, value):
     return {RC + "rollout_rs_threshold": value} if ctx.cfg.correction.rs_level else Same("no rejection")
 
@@ -560,6 +567,10 @@ ROWS = [
         "async GRPO"),
     Row("sampler.top_k", key(R + "top_k", lambda v, ctx: v or -1), custom((), _off(0, "no top-k flag")), "top_k"),
     Row("sampler.top_p", key(R + "top_p"), custom((), _off(1.0, "no top-p flag")), "top_p"),
+    Row("sampler.keep_sampling_mask", custom((), _off(False, "veRL 0.9 scores the full softmax (no sampling mask)")),
+        custom((), _off(False, "no sampling-mask flag")), "—"),
+    Row("sampler.weight_noise", custom((), _off(0.0, COURSE_ONLY + " (a made mismatch)")),
+        custom((), _off(0.0, COURSE_ONLY + " (a made mismatch)")), "—"),
     Row("correction.mode", key(RC + "bypass_mode", lambda v, ctx: v == "bypass"),
         custom((), _off("decoupled", "no bypass mode")), "—"),
     Row("correction.is_level", key(RC + "rollout_is"), custom((), _off(None, _ORL_IS)),
@@ -569,7 +580,7 @@ ROWS = [
     Row("correction.rs_level", key(RC + "rollout_rs"), custom((), _off(None, _ORL_IS)),
         "vllm_importance_sampling_mode (token_mask, sequence_mask)"),
     Row("correction.rs_threshold", custom((RC + "rollout_rs_threshold",), _verl_rs), custom((), _orl_is_only), "—"),
-    Row("correction.rs_threshold_lower", custom((), _off(None, "veRL 0.9 rejects outside [1/threshold, threshold]")),
+    Row("correction.rs_threshold_lower", custom((), _off(None, _VERL_RS_LOWER)),
         custom((), _orl_is_only), "—"),
 ]
 # fmt: on

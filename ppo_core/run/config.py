@@ -296,6 +296,10 @@ class SamplerConfig:
     """Sample from the k most likely tokens only (0 = all) while the trainer scores the full softmax."""
     top_p: float = 1.0
     """Sample from the smallest set of tokens of total probability top_p (1.0 = all)."""
+    keep_sampling_mask: bool = False
+    """Score pi_old and pi_theta on the sampler's top-k/top-p support too (DeepSeek-V3.2): mu = pi_old again."""
+    weight_noise: float = 0.0
+    """s > 0: the sampler's copy gets fixed noise s * std(w) * N(0, 1) on each weight, a mismatch of any size."""
 
 
 @dataclass
@@ -557,6 +561,7 @@ def _validate_correction(c: Config) -> None:
     s, k = c.sampler, c.correction
     _one_of(s.dtype, ("", *DTYPES), "sampler.dtype")
     _check(s.stale_steps >= 0, f"sampler.stale_steps must be >= 0, got {s.stale_steps}")
+    _check(s.weight_noise >= 0, f"sampler.weight_noise must be >= 0, got {s.weight_noise}")
     _check(s.top_k >= 0 and 0 < s.top_p <= 1, "sampler.top_k must be >= 0 and sampler.top_p in (0, 1]")
     _one_of(k.mode, MODES, "correction.mode")
     _one_of(k.is_level, (None, *IS_LEVELS), "correction.is_level")

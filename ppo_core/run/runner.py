@@ -53,7 +53,7 @@ class RunTrainer(PPOTrainer):
             fastpaths.enable(actor)
         optimizer, kl_ctl = build_optimizer(actor, cfg.ppo), build_kl_controller(cfg.ppo)
         s = cfg.sampler  # the weights that sample (chapter 09): the actor itself unless a mismatch is configured
-        sampler = Sampler(actor.lm, s.dtype, s.stale_steps, s.top_k, s.top_p)
+        sampler = Sampler(actor.lm, s.dtype, s.stale_steps, s.top_k, s.top_p, s.weight_noise, s.keep_sampling_mask)
         super().__init__(
             cfg, actor, ref, tokenizer, optimizer, kl_ctl, train_records, self.render, self.sequence_scores, sampler
         )

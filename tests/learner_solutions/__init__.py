@@ -25,11 +25,6 @@ __all__ = ["solution", "solution_body", "filled_copy", "run_filled_copy", "KNOWN
 ROOT = Path(__file__).resolve().parents[2]
 
 KNOWN_BREAKS = {
-    "09_sampler_mismatch": (
-        "c09-pkg-source",
-        "cell c09-pkg-source compares my_truncated_weights and my_icepop_weights with the package by torch.equal; "
-        "the checkers accept tolerances, and torch.prod or exp(old) / exp(behaviour) differ in the last bits",
-    ),
 }
 """Chapter -> (cell id, why): learner copies that stop at a cell after their exercises although every checker passed.
 Each is a known defect of the chapter, expected to fail there (xfail, strict): once the chapter is fixed the run
