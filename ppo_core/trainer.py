@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 import torch
 
 from . import dapo
-from .advantages import outcome_advantages
+from .advantages import ADV_ESTIMATORS
 from .correction import policy_inputs
 from .fastpaths import PromptCache
-from .gae import compute_gae, explained_variance, token_rewards
+from .gae import explained_variance, token_rewards
 from .kl import kl_penalty
 from .masking import masked_mean, masked_whiten
+from .registry import AdvantageOptions
 from .rollout import Rollout, sample, score, stop_token_ids
 from .sampler import Sampler
 from .update import minibatch_update, update_kwargs, value_update
@@ -71,6 +72,9 @@ class PPOTrainer:
         self.shuffle_gen = torch.Generator().manual_seed(cfg.train.seed)  # minibatch order; saved in checkpoints
         self.minibatch_update = minibatch_update  # chapter 05 swaps in the learner's own version
         self.hparams = update_kwargs(cfg)  # clip_eps, vf_coef, ... of minibatch_update
+        p = cfg.ppo  # step 4's estimator reads these (registry.ADV_ESTIMATORS)
+        self.adv_options = AdvantageOptions(p.gamma, p.lam, p.lam_value, cfg.rollout.group_size,
+                                            cfg.algo.norm_adv_by_std_in_grpo)  # fmt: skip
         self.step_count, self.last_step, self.times = 0, None, {}
 
     def prompt_batch(self, step: int) -> list[dict]:
@@ -126,16 +130,11 @@ class PPOTrainer:
         # 3. rewards: the task score on the last token, a KL penalty against the reference on every token
         kl = kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator)  # (B, T)
         rewards = token_rewards(ro.scores, kl, ro.mask, kl_coef)
-        # 4. advantages: GAE with the critic, then whitening over the whole batch; or a critic-free baseline
-        if self.critic:
-            advantages_raw, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam)
-            if p.lam_value is not None and p.lam_value != p.lam:  # the critic's targets, with their own lambda
-                _, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam_value)
-            advantages = masked_whiten(advantages_raw, ro.mask) if p.whiten_advantages else advantages_raw
-        else:  # GRPO / RLOO (groups of rollout.group_size) or REINFORCE++ (the batch), chapter 07
-            G, norm = self.cfg.rollout.group_size, a.norm_adv_by_std_in_grpo
-            advantages_raw = advantages = outcome_advantages(a.adv_estimator, rewards, ro.mask, G, p.gamma, norm)
-            returns = None
+        # 4. advantages: GAE with the critic (and the critic's targets, the returns), then whitening over the whole
+        #    batch; or a critic-free baseline, GRPO / RLOO (groups of rollout.group_size) or REINFORCE++ (chapter 07)
+        advantages_raw, returns = ADV_ESTIMATORS.get(a.adv_estimator)(rewards, ro.values, ro.mask, self.adv_options)
+        whiten = self.critic and p.whiten_advantages
+        advantages = masked_whiten(advantages_raw, ro.mask) if whiten else advantages_raw
         # 5. update: ppo_epochs passes over shuffled minibatches (a value warm-up step: the critic alone)
         warmup = self.critic and self.step_count < p.value_warmup_steps  # this is step step_count + 1
         data = self.minibatch_data(ro, advantages, returns)

@@ -8,6 +8,8 @@ the engine already does what the run does).
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..advantages import ADV_ESTIMATORS
+
 __all__ = ["Ctx", "Gap", "Same", "Cell", "Row", "key", "gap", "same", "custom"]
 
 
@@ -42,7 +44,7 @@ class Ctx:
 
     @property
     def critic(self) -> bool:
-        return self.cfg.algo.adv_estimator == "gae"
+        return bool(ADV_ESTIMATORS.info(self.cfg.algo.adv_estimator, "critic"))
 
     @property
     def prompts_per_step(self) -> int:

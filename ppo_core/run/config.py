@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from ..advantages import ADV_ESTIMATORS
-from ..correction import IS_LEVELS, MODES, RS_LEVELS
+from ..correction import CORRECTION_LEVELS, MODES
 from ..kl import KL_ESTIMATORS
 from ..losses import LOSS_AGG_MODES
 from ..objectives import POLICY_LOSSES
@@ -331,8 +331,10 @@ class Config:
 
 
 def uses_critic(cfg: Config) -> bool:
-    """Whether the run learns a value function: only GAE (PPO) needs one (``algo.adv_estimator``, chapter 07)."""
-    return cfg.algo.adv_estimator == "gae"
+    """Whether the run learns a value function: the estimators registered with ``critic=True`` (GAE, PPO's) need
+    one (``algo.adv_estimator``, chapter 07)."""
+    name = cfg.algo.adv_estimator
+    return name in ADV_ESTIMATORS and bool(ADV_ESTIMATORS.info(name, "critic"))
 
 
 class ConfigError(ValueError):
@@ -543,7 +545,7 @@ def _validate_algo(c: Config) -> None:
     )
     _check(r.group_size >= 1, f"rollout.group_size must be >= 1, got {r.group_size}")
     _check(
-        a.adv_estimator not in ("grpo", "rloo") or r.group_size >= 2,
+        not ADV_ESTIMATORS.info(a.adv_estimator, "groups") or r.group_size >= 2,
         f"algo.adv_estimator={a.adv_estimator} compares samples of the same prompt: set rollout.group_size >= 2",
     )
     _check(
@@ -559,8 +561,8 @@ def _validate_correction(c: Config) -> None:
     _check(s.stale_steps >= 0, f"sampler.stale_steps must be >= 0, got {s.stale_steps}")
     _check(s.top_k >= 0 and 0 < s.top_p <= 1, "sampler.top_k must be >= 0 and sampler.top_p in (0, 1]")
     _one_of(k.mode, MODES, "correction.mode")
-    _one_of(k.is_level, (None, *IS_LEVELS), "correction.is_level")
-    _one_of(k.rs_level, (None, *RS_LEVELS), "correction.rs_level")
+    _one_of(k.is_level, (None, *CORRECTION_LEVELS.names(truncated=True)), "correction.is_level")
+    _one_of(k.rs_level, (None, *CORRECTION_LEVELS), "correction.rs_level")
     _check(k.is_threshold > 0 and k.rs_threshold > 0, "correction.is_threshold and rs_threshold must be > 0")
     _check(
         k.mode == "decoupled" or (k.is_level is None and k.rs_level is None),
