@@ -24,6 +24,7 @@ from .precision import autocast
 __all__ = [
     "ppo_loss",
     "LossSwitches",
+    "policy_objective",
     "minibatch_update",
     "value_update",
     "update_kwargs",
@@ -106,9 +107,9 @@ def ppo_loss(
     units = mb.get("units")  # the minibatch's counts: micro-batches add up (chapter 08)
     agg = {"loss_agg_mode": s.loss_agg_mode, "norm_len": s.loss_norm_len, "units": mb.get("policy_units", units)}
     advantages = mb["advantages"] * mb["is_weights"] if "is_weights" in mb else mb["advantages"]  # chapter 09
-    objective = POLICY_LOSSES.get(s.policy_loss)
-    pg_loss, pg_stats = objective(logprobs, mb["old_logprobs"], advantages, mb.get("policy_mask", mask),
-                                  s.policy(clip_eps), **agg)  # fmt: skip
+    pg_loss, pg_stats = policy_objective(
+        s.policy_loss, logprobs, mb["old_logprobs"], advantages, mb.get("policy_mask", mask), s.policy(clip_eps), **agg
+    )
     loss, extra = pg_loss, {}
     if s.dual_clip_c is not None:
         extra["policy/clipfrac_lower"] = pg_stats["clipfrac_lower"]
@@ -142,6 +143,11 @@ def ppo_loss(
         "policy/max_abs_log_ratio": max_log_ratio,
     }
     return loss, stats
+
+
+def policy_objective(name: str, logprobs, old_logprobs, advantages, mask, switches: PolicySwitches, **agg):
+    """The objective ``name`` (an entry of ``registry.POLICY_LOSSES``) on these (B, T) tensors: (loss, stats)."""
+    return POLICY_LOSSES.get(name)(logprobs, old_logprobs, advantages, mask, switches, **agg)
 
 
 def minibatch_update(

@@ -255,13 +255,12 @@ def test_prompt_limit_is_fitted_to_the_model_context(tiny_model_path):
     lm = AutoModelForCausalLM.from_pretrained(tiny_model_path)  # context: 256 positions
     cfg = load_config("cpu", ["data.max_prompt_len=512", "rollout.max_new_tokens=24"])
     with pytest.warns(UserWarning, match="exceed the model's context of 256 tokens"):
-        fit_prompt_len(cfg, lm)
-    assert cfg.data.max_prompt_len == 256 - 24
+        fitted = fit_prompt_len(cfg, lm)
+    assert fitted.data.max_prompt_len == 256 - 24 and cfg.data.max_prompt_len == 512  # the checked one stays
     cfg = load_config("cpu", ["data.max_prompt_len=100", "rollout.max_new_tokens=24"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        fit_prompt_len(cfg, lm)  # fits: no warning, no change
-    assert cfg.data.max_prompt_len == 100
+        assert fit_prompt_len(cfg, lm) is cfg  # fits: no warning, no change
     with pytest.raises(ConfigError, match="no room for a prompt"):
         fit_prompt_len(load_config("cpu", ["rollout.max_new_tokens=256"]), lm)
 

@@ -21,7 +21,7 @@ from ..objectives import POLICY_LOSSES
 from ..precision import DTYPES
 from ..tasks.data import PROMPT_STYLES
 
-__all__ = ["Config", "load_config", "ConfigError", "PRESETS", "validate", "uses_critic"]
+__all__ = ["Config", "load_config", "ConfigError", "PRESETS", "validate", "uses_critic", "freeze", "derive", "to_dict"]
 
 PRESETS = ("cpu", "cuda", "cpu-grpo", "cpu-drgrpo", "cpu-rloo", "cpu-reinforcepp", "cpu-dapo", "cpu-gspo", "cpu-cispo")
 DEVICES = ("auto", "cpu", "cuda")
@@ -420,8 +420,10 @@ def _merge(base, other, what: str, override_key: str = ""):
 
 
 def load_config(preset: str = "cpu", overrides: list[str] | tuple = (), schema=None, presets=PRESETS, check=None):
-    """Preset (name or YAML path) + dotted ``key=value`` overrides -> a validated ``Config``.
+    """Preset (name or YAML path) + dotted ``key=value`` overrides -> a validated, read-only ``Config``.
 
+    The result is a typed OmegaConf node (``OmegaConf.get_type(cfg) is Config``) flagged read-only: assigning to
+    it raises, so what was checked is what runs; values a run derives from it make a new one (``derive``).
     The reward-model command loads its own ``schema`` (``run.rm.RMConfig``), ``presets`` and ``check`` the same way.
     """
     cfg = OmegaConf.structured(schema or Config)
@@ -441,7 +443,31 @@ def load_config(preset: str = "cpu", overrides: list[str] | tuple = (), schema=N
         cfg = _merge(cfg, dotlist, f"override {item!r}", item.split("=", 1)[0].strip())
     config = OmegaConf.to_object(cfg)
     (check or validate)(config)
-    return config
+    return freeze(config)
+
+
+def freeze(config):
+    """A read-only typed node of ``config`` (a dataclass or a node): assignment raises ``ReadonlyConfigError``."""
+    node = OmegaConf.structured(config)
+    OmegaConf.set_readonly(node, True)
+    return node
+
+
+def derive(cfg, values: dict):
+    """A new read-only config: ``cfg`` with ``values`` (dotted key -> value) that the run derives from it, such as
+    a prompt limit fitted to the model's context (``setup.fit_prompt_len``) or a rank's own log folder
+    (``distributed``). ``cfg`` itself does not change."""
+    node = OmegaConf.structured(cfg)  # a writable copy
+    OmegaConf.set_readonly(node, False)
+    for dotted, value in values.items():
+        OmegaConf.update(node, dotted, value, merge=False)
+    OmegaConf.set_readonly(node, True)
+    return node
+
+
+def to_dict(cfg) -> dict:
+    """The config as nested plain dicts (what ``dataclasses.asdict`` gives for the dataclasses)."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
 
 
 def _check(cond: bool, msg: str) -> None:

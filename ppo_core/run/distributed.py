@@ -48,7 +48,7 @@ from ..losses import loss_units
 from ..rollout import Rollout
 from ..update import ppo_loss
 from . import resume
-from .config import ConfigError
+from .config import ConfigError, derive
 from .runner import RunTrainer
 from .setup import resolve_device
 
@@ -211,6 +211,20 @@ def check_world(cfg, n: int) -> None:
         raise ConfigError(f"rollout.batch_size={B} must be a multiple of {what}: set it to a multiple of {n * G}")
 
 
+def rank_settings(cfg, r: int, main_resume) -> dict:
+    """What rank ``r`` > 0 runs with instead (``config.derive``): logs in a private folder, no checkpoints of its
+    own, and rank 0's checkpoint ``main_resume`` (or none) to resume from."""
+    return {
+        "train.output_dir": str(Path(cfg.train.output_dir) / f".rank{r}"),
+        "train.resume": str(main_resume) if main_resume is not None else "",
+        "train.overwrite": True,
+        "train.save_every": 0,
+        "train.tensorboard": False,
+        "train.wandb": False,
+        "train.log_every": 0,
+    }
+
+
 class DistributedPPOTrainer(RunTrainer):
     """``RunTrainer`` for one of N ranks (see the module doc). Build it inside the process group."""
 
@@ -225,10 +239,7 @@ class DistributedPPOTrainer(RunTrainer):
             except ConfigError as err:  # rank 0 refuses the same way in RunTrainer.__init__
                 refused = err
             else:
-                cfg.train.output_dir = str(Path(cfg.train.output_dir) / f".rank{r}")
-                cfg.train.resume = str(main_resume) if main_resume is not None else ""
-                cfg.train.overwrite, cfg.train.save_every = True, 0
-                cfg.train.tensorboard, cfg.train.wandb, cfg.train.log_every = False, False, 0
+                cfg = derive(cfg, rank_settings(cfg, r, main_resume))
         dist.barrier()  # every rank > 0 has read which checkpoint to resume before rank 0 sets anything aside
         if refused is not None:
             raise refused

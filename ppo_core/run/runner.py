@@ -48,7 +48,7 @@ class RunTrainer(PPOTrainer):
         train_records, self.test_records, self.reward_fn, self.correct_fn = load_task(cfg)
         self.reward_model = load_reward_model(cfg, self.device)  # reward.type=model (chapter 06); None: the rule
         actor, ref, tokenizer, self.init_path = load_models(cfg, self.device)
-        fit_prompt_len(cfg, actor.lm)
+        cfg = fit_prompt_len(cfg, actor.lm)  # a new config if the prompt limit had to be lowered
         if cfg.train.fast_paths:  # same numbers up to float rounding, less work (fastpaths.py)
             fastpaths.enable(actor)
         optimizer, kl_ctl = build_optimizer(actor, cfg.ppo), build_kl_controller(cfg.ppo)
