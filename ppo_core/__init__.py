@@ -13,7 +13,8 @@ The layers, from the commands a user types down to the maths a learner derives:
     │ ch 05 loop   trainer (the algorithm box), update, rollout, model, precision,     │
     │              fastpaths; reward_model (ch 06)                                     │
     ├──────────────────────────────────────────────────────────────────────────────────┤
-    │ ch 01-04, 07 logprobs, masking, kl, gae, losses, advantages: pure tensor math    │
+    │ ch 01-04, 07 logprobs, masking, kl, gae, losses, advantages, objectives,         │
+    │ -09          correction; registry (the switches by name): pure tensor math       │
     └──────────────────────────────────────────────────────────────────────────────────┘
     Each layer imports only the layers below it (tests/test_layers.py checks it): the loop is handed its
     parts by run/ (``run.runner.build_trainer``) and never reads a config file, a task or a run folder.
@@ -36,6 +37,7 @@ The layers, from the commands a user types down to the maths a learner derives:
 | ppo_core.fastpaths  | 05      | speed paths with the same numbers (``train.fast_paths``) |
 | ppo_core.reward_model | 06    | reward model: last-token score, Bradley-Terry loss, norm |
 | ppo_core.advantages | 07      | GRPO, RLOO, REINFORCE++ advantages; the KL as a loss     |
+| ppo_core.registry   | 03-09   | the switches by config name: estimators, objectives, ... |
 | ppo_core.objectives | 08      | clip-higher, dual clip, GSPO, CISPO, SAPO objectives     |
 | ppo_core.dapo       | 08      | dynamic sampling, overlong and missing-EOS shaping       |
 | ppo_core.run        | 05      | config, setup, checkpoints, NaN guards, metrics, the CLI |

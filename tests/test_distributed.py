@@ -214,7 +214,6 @@ def test_gathered_rows_are_padded_with_masked_out_positions():
     columns go on the left, the new response column on the right, all of them pad ids that nothing attends
     to and no loss counts."""
     from ppo_core.rollout import Rollout
-    from ppo_core.run.distributed import _pad_rollout
 
     ro = Rollout(
         input_ids=torch.tensor([[5, 6, 7, 8]]),
@@ -227,7 +226,7 @@ def test_gathered_rows_are_padded_with_masked_out_positions():
         ref_logprobs=torch.tensor([[-1.0, -2.0]]),
         scores=torch.tensor([1.0]),
     )
-    padded = _pad_rollout(ro, prompt_len=4, response_len=3, pad_id=0)
+    padded = ro.padded(4, 3, pad_id=0)
     assert padded["input_ids"].tolist() == [[0, 0, 5, 6, 7, 8, 0]]
     assert padded["attention_mask"].tolist() == [[0, 0, 1, 1, 1, 1, 0]]
     assert padded["response_ids"].tolist() == [[7, 8, 0]] and padded["mask"].tolist() == [[True, True, False]]

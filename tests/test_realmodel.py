@@ -1,9 +1,9 @@
-"""The real-model path (issue 13): a hub-shaped checkpoint's quirks, each one a defect that no metric shows.
+"""The real-model path: a hub-shaped checkpoint's quirks, each one a defect that no metric shows.
 
-Each test here failed on the code before its fix (see the commit history of this file and the
-report): sampling that followed the model's own generation_config, bf16 weights that an update at
-lr 1e-6 could not move, one EOS id, a double BOS, evaluation reseeding CUDA, attention dropout
-left on, resume loading a second model, evaluation ignoring the run's device and dtype.
+Each test here failed on the code before its fix (see the commit history of this file): sampling that
+followed the model's own generation_config, bf16 weights that an update at lr 1e-6 could not move, one
+EOS id, a double BOS, evaluation reseeding CUDA, attention dropout left on, resume loading a second model,
+evaluation ignoring the run's device and dtype.
 """
 
 import math
@@ -232,7 +232,7 @@ def test_evaluate_checkpoint_uses_the_runs_device_and_dtype(tiny_model_path, tmp
     from ppo_core.run.runner import RunTrainer
 
     """The dtype is checked here (the checkpoint holds float32 weights, the run computes in bf16); the device
-    goes through the same ``resolve_device`` as training (only the CPU can be checked on this machine)."""
+    goes through the same ``resolve_device`` as training (a machine without a GPU checks the CPU only)."""
     over = _tiny_overrides(tiny_model_path, tmp_path / "run", 1, "train.check_ratio=false", "model.device=cpu")
     tr = RunTrainer(load_config("cpu", over))
     path = tr.save_checkpoint("step_0")
