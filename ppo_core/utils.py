@@ -15,7 +15,15 @@ __all__ = [
     "fsync",
     "no_transformers_bars",
     "stream_seed",
+    "dotted_get",
 ]
+
+
+def dotted_get(obj, dotted: str):
+    """``obj.a.b`` for ``dotted`` = "a.b" (a config key)."""
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 SEED_STREAMS = {"prompts": 100_003, "refill": 1_000_033, "rank_sampling": 1_000_003}
 """The random streams a run derives from ``train.seed``, each with its own multiplier so that they never coincide."""

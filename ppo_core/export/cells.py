@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..advantages import ADV_ESTIMATORS
+from ..utils import dotted_get
 
 __all__ = ["Ctx", "Gap", "Same", "Cell", "Row", "key", "gap", "same", "custom"]
 
@@ -37,10 +38,7 @@ class Ctx:
     files: dict
 
     def get(self, dotted: str):
-        node = self.cfg
-        for part in dotted.split("."):
-            node = getattr(node, part)
-        return node
+        return dotted_get(self.cfg, dotted)
 
     @property
     def critic(self) -> bool:
