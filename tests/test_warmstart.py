@@ -1,7 +1,6 @@
 import json
 import random
 import re
-import time
 
 import pytest
 import torch
@@ -40,9 +39,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def cached(tmp_path_factory):
     """One fast warm start, shared by the tests that only read it."""
     out = tmp_path_factory.mktemp("cache")
-    start = time.perf_counter()
-    path = warm_start(out, **FAST)
-    return out, path, time.perf_counter() - start
+    return out, warm_start(out, **FAST)
 
 
 def test_sft_batch_scores_only_the_completion_and_its_eos(tok):
@@ -99,7 +96,7 @@ def test_generate_completions_is_reproducible_and_leaves_the_global_rng(tok):
 
 
 def test_warm_start_saves_a_loadable_model_and_a_report(cached):
-    _, path, _ = cached
+    _, path = cached
     assert re.fullmatch(r"warmstart-[0-9a-f]{12}", path.name)
     report = json.loads((path / "warmstart.json").read_text())
     assert report["settings"]["steps"] == 20 and len(report["losses"]) == 20
@@ -116,18 +113,17 @@ def test_loss_decreases_over_a_short_warm_start(cached):
     assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:3]) / 3
 
 
-def test_second_call_reuses_the_cache(cached):
-    out, path, first_s = cached
+def test_second_call_reuses_the_cache(cached, monkeypatch):
+    out, path = cached
     mtime = (path / "warmstart.json").stat().st_mtime_ns
-    start = time.perf_counter()
+    monkeypatch.setattr(warmstart, "_train", lambda *a, **k: pytest.fail("the cached warm start was trained again"))
     again = warm_start(out, **FAST)
     assert again == path and (path / "warmstart.json").stat().st_mtime_ns == mtime
-    assert time.perf_counter() - start < first_s / 2
     assert [p.name for p in out.iterdir()] == [path.name]  # no temporary folder left behind
 
 
 def test_cache_key_follows_every_setting(cached):
-    out, path, _ = cached
+    out, path = cached
     settings = json.loads((path / "warmstart.json").read_text())["settings"]
     assert path.name == f"warmstart-{warmstart.settings_hash(settings)}"
     bigger = {**settings["size"], "hidden_size": 48}
