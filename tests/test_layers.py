@@ -8,6 +8,7 @@ top. Every import counts, at the top of a module or inside a function, ``from pp
 """
 
 import ast
+import re
 from pathlib import Path
 
 import ppo_core
@@ -173,3 +174,25 @@ def test_benchmarks_import_nothing_from_tests():
     assert sources and benchmark_imports_of_tests(sources) == []
     planted = {"memory.py": "from tests.quality.memory_peaks import row_wise_peaks\n"}
     assert benchmark_imports_of_tests(planted) == ["memory.py"]
+
+
+def docstring_rows() -> list[str]:
+    """The rows of the layer box in the package docstring, top (commands) to bottom (maths)."""
+    box = ppo_core.__doc__.split("┌", 1)[1].split("└", 1)[0]
+    return [row for row in box.split("├")]
+
+
+def test_the_package_docstring_draws_every_module_in_its_layer():
+    """The layers are described once, in the package docstring: each row names the modules of its layer."""
+    rows = [set(re.findall(r"[a-z_]+", row)) for row in docstring_rows()]
+    modules = [m for m in package_sources() if m and "." not in m or m.startswith(("run.", "tasks."))]
+    by_row = {4: "commands", 3: "run", 2: "tasks", 1: "loop", 0: "maths"}
+    missing = []
+    for module in modules:
+        top, leaf = module.split(".")[0], module.split(".")[-1]
+        row = {4: 0, 3: 1, 2: 2, 1: 3, 0: 4}[layer(module)]
+        if top in ("checks", "widgets", "export", "utils", "") or module == "__init__":
+            continue  # beside the box: the course tooling, export/, the shared helpers
+        if leaf not in rows[row]:
+            missing.append(f"{module} is not in the {by_row[layer(module)]} row")
+    assert missing == []
