@@ -25,6 +25,7 @@ def dotted_get(obj, dotted: str):
         obj = getattr(obj, part)
     return obj
 
+
 SEED_STREAMS = {"prompts": 100_003, "refill": 1_000_033, "rank_sampling": 1_000_003}
 """The random streams a run derives from ``train.seed``, each with its own multiplier so that they never coincide."""
 
