@@ -71,6 +71,7 @@ def test_sampling_ignores_the_models_generation_config(tiny_model_path, field, v
     assert changed == 0, f"{changed}/64 completions changed when generation_config.{field} = {value!r}"
 
 
+@pytest.mark.slow  # seconds, not milliseconds: a proxy-gold curve, many samples or a shipped checkpoint
 def test_sample_draws_from_softmax_of_logits_over_temperature(hub):
     """At a fixed prefix, `sample`'s next-token frequencies match softmax(logits / T) within 5 sigma per token.
 
@@ -199,6 +200,7 @@ def test_disable_dropout_reaches_modules_that_copied_the_config(hub_path):
 
 
 # ---- resume and evaluate_checkpoint -----------------------------------------------------------
+@pytest.mark.slow
 def test_resume_loads_no_second_model(tiny_model_path, tmp_path, monkeypatch):
     import transformers
 
@@ -226,6 +228,7 @@ def test_resume_loads_no_second_model(tiny_model_path, tmp_path, monkeypatch):
     assert len(loads) == 1, f"resume loaded {len(loads)} full models: {loads}"
 
 
+@pytest.mark.slow
 def test_evaluate_checkpoint_uses_the_runs_device_and_dtype(tiny_model_path, tmp_path, monkeypatch):
     from ppo_core.run import evaluation as evaluate
     from ppo_core.run.config import load_config
@@ -244,6 +247,7 @@ def test_evaluate_checkpoint_uses_the_runs_device_and_dtype(tiny_model_path, tmp
 
 
 # ---- item 2: bf16 updates ----------------------------------------------------------------------
+@pytest.mark.slow
 def test_bf16_run_moves_the_policy_weights_at_lr_1e_6(tiny_model_path, tmp_path):
     """The issue measured 1.95 % of bf16 entries changed after 10 AdamW steps at lr 1e-6, 0 % of the norms."""
     from ppo_core.run.config import load_config
@@ -264,6 +268,7 @@ def test_bf16_run_moves_the_policy_weights_at_lr_1e_6(tiny_model_path, tmp_path)
     assert not math.isnan(sum(moved))
 
 
+@pytest.mark.slow
 def test_bf16_compute_moves_the_weights_like_float32(tiny_model_path, tmp_path):
     """Same start, seed and settings, two PPO steps at lr 1e-6: bf16 compute moves the policy about as far as float32.
 
@@ -292,6 +297,7 @@ def test_bf16_compute_moves_the_weights_like_float32(tiny_model_path, tmp_path):
     assert 0.5 < ratio < 2.0, f"relative weight movement: {moved} (bf16 / float32 = {ratio:.3f})"
 
 
+@pytest.mark.slow
 def test_bf16_resume_repeats_the_run(tiny_model_path, tmp_path):
     """Checkpoints hold the float32 master weights, so a bf16-compute run resumed from step_1 repeats steps 2-3."""
     import shutil
@@ -332,6 +338,7 @@ def test_sampling_leaves_the_models_own_generation_config_in_place(hub):
     assert lm.generation_config.top_k == 20 and len(lm.generation_config.eos_token_id) == 2
 
 
+@pytest.mark.slow  # seconds, not milliseconds: a proxy-gold curve, many samples or a shipped checkpoint
 def test_build_hub_model_caches_by_every_setting_rebuilds_on_force_and_keeps_the_callers_rng(tmp_path):
     """The folder's key covers tie_word_embeddings (an untied build is another folder, not the tied one
     again); ``force=True`` builds afresh over a cached folder; the seeded init leaves the global RNG as it was."""

@@ -73,6 +73,7 @@ def _register_toy_objective(calls: list):
         return loss, stats
 
 
+@pytest.mark.slow
 def test_an_objective_registered_in_a_test_trains_end_to_end(tiny_model_path, tiny_overrides, tmp_path, one_thread):
     calls = []
     _register_toy_objective(calls)
