@@ -30,19 +30,13 @@ SLOW = (
     "exercises/",
     BOOK_TESTS,
     "tests/test_exercises.py",
-    "tests/test_distributed.py",
-    "tests/test_reliability.py",
-    "tests/test_learned_reward.py",
-    "tests/test_lora.py",
-    "tests/test_warmstart.py",
-    "tests/test_train_rm.py",
-    "tests/test_realmodel.py",
-    "tests/test_algos.py",
     "tests/test_long_synthetic.py",
     "tests/test_cuda_preset.py",
 )
-"""The end-to-end tier (``-m slow``): notebooks, the book in Chromium, and the files whose tests run whole runs,
-warm starts or several processes. ``pytest -m "not slow"`` is the unit tier."""
+"""The end-to-end tier (``-m slow``) by file: notebooks, the book in Chromium, the learner copies' harness and the
+two files whose every test warm-starts a model or needs the cuda preset's packages. Elsewhere a test that runs the
+trainer end to end, a warm start or several processes is marked ``@pytest.mark.slow`` itself, so that the
+unit-sized tests beside it stay in the unit tier (``pytest -m "not slow"``)."""
 
 
 LONGEST_FIRST = (

@@ -44,7 +44,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from results_meta import save_result  # noqa: E402  (benchmarks/ is on sys.path: this script's folder)
 
-from tests.quality.memory_peaks import row_wise_peaks  # noqa: E402  (the repository root is on sys.path, above)
+from tools.memory_peaks import row_wise_peaks  # noqa: E402  (the repository root is on sys.path, above)
 
 SHAPES = {
     "Qwen2.5-0.5B": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,

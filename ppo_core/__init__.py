@@ -6,19 +6,22 @@ The layers, from the commands a user types down to the maths a learner derives:
     │ commands     train.py, evaluate.py, train_rm.py: python -m ppo_core.train / ...  │
     ├──────────────────────────────────────────────────────────────────────────────────┤
     │ run/         config (+ configs/*.yaml), setup, runner (build_trainer), loop,     │
-    │              resume, checkpoint, guards, metrics, evaluation, cli: a real run    │
+    │              resume, checkpoint, guards, metrics, evaluation, cli, distributed,  │
+    │              lora, rm, manifest, overoptimisation: a real run; beside it export/ │
     ├──────────────────────────────────────────────────────────────────────────────────┤
-    │ tasks/       rewards, data (GSM8K), synthetic, tiny, warmstart, hub_model        │
+    │ tasks/       rewards, data (GSM8K), synthetic, tiny, warmstart, hub_model,       │
+    │              long_synthetic, preferences (ch 06), bandit (ch 04)                 │
     ├──────────────────────────────────────────────────────────────────────────────────┤
     │ ch 05 loop   trainer (the algorithm box), update, rollout, model, precision,     │
-    │              fastpaths; reward_model (ch 06)                                     │
+    │              fastpaths; reward_model (ch 06); dapo (ch 08); sampler (ch 09)      │
     ├──────────────────────────────────────────────────────────────────────────────────┤
-    │ ch 01-04, 07 logprobs, masking, kl, gae, losses, advantages: pure tensor math    │
+    │ ch 01-04, 07 logprobs, masking, kl, gae, losses, advantages, objectives,         │
+    │ -09          correction; registry (the switches by name): pure tensor math       │
     └──────────────────────────────────────────────────────────────────────────────────┘
     Each layer imports only the layers below it (tests/test_layers.py checks it): the loop is handed its
     parts by run/ (``run.runner.build_trainer``) and never reads a config file, a task or a run folder.
     course tooling beside them: checks/ (exercise checkers, progress), widgets/ (figures)
-    shared small helpers: utils (atomic writes, Hub error lines, show_source)
+    shared small helpers: utils (atomic writes, Hub error lines, seeds, show_source)
     authoring tools outside the package: tools/exercises.py (learner copies), tools/book.py
 
 | module              | chapter | what it holds                                            |
@@ -36,6 +39,7 @@ The layers, from the commands a user types down to the maths a learner derives:
 | ppo_core.fastpaths  | 05      | speed paths with the same numbers (``train.fast_paths``) |
 | ppo_core.reward_model | 06    | reward model: last-token score, Bradley-Terry loss, norm |
 | ppo_core.advantages | 07      | GRPO, RLOO, REINFORCE++ advantages; the KL as a loss     |
+| ppo_core.registry   | 03-09   | the switches by config name: estimators, objectives, ... |
 | ppo_core.objectives | 08      | clip-higher, dual clip, GSPO, CISPO, SAPO objectives     |
 | ppo_core.dapo       | 08      | dynamic sampling, overlong and missing-EOS shaping       |
 | ppo_core.run        | 05      | config, setup, checkpoints, NaN guards, metrics, the CLI |

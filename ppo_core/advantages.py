@@ -2,8 +2,8 @@
 
 PPO (chapter 03) gets its baseline from a learned value function, V(s_t), and turns rewards into
 advantages with GAE. Its relatives drop the critic and take the baseline from the rewards themselves.
-Each function here is one of those switches; ``ADV_ESTIMATORS`` lists the names the config accepts
-(veRL's ``algorithm.adv_estimator`` names).
+Each function here is one of those switches, registered in ``ADV_ESTIMATORS`` under the name the config
+accepts (veRL's ``algorithm.adv_estimator`` names; GAE's entry is ``gae.gae_advantages``).
 
 With ``B`` sequences sampled as ``B / G`` prompts x ``G`` samples each (``group_size`` G), laid out
 **contiguously**: rows ``[0, G)`` answer prompt 0, rows ``[G, 2G)`` prompt 1, and so on
@@ -24,9 +24,10 @@ estimator's gradient is the KL's.
 import torch
 
 from .gae import compute_gae
-from .kl import KL_ESTIMATORS, kl_penalty
+from .kl import kl_penalty
 from .losses import aggregate_loss, token_stat
 from .masking import masked_sum, masked_whiten
+from .registry import ADV_ESTIMATORS, KL_ESTIMATORS, AdvantageOptions
 
 __all__ = [
     "ADV_ESTIMATORS",
@@ -37,8 +38,6 @@ __all__ = [
     "outcome_advantages",
     "kl_loss",
 ]
-
-ADV_ESTIMATORS = ("gae", "grpo", "rloo", "reinforce_plus_plus")
 
 
 def _groups(scores: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -115,22 +114,44 @@ def outcome_advantages(
     gamma: float = 1.0,
     norm_by_std: bool = True,
 ) -> torch.Tensor:
-    """The critic-free advantage named by ``estimator``, (B, T) token rewards -> (B, T) advantages.
+    """The critic-free advantage named by ``estimator`` (an entry of ``ADV_ESTIMATORS``), (B, T) token rewards ->
+    (B, T) advantages.
 
     For grpo and rloo the sequence return R_i is the sum of its token rewards (the score, minus the KL
     penalty if it is in the reward) and A_i is put on every response token.
     """
+    if estimator not in _critic_free():
+        raise ValueError(f"unknown critic-free estimator {estimator!r}; choose one of {', '.join(_critic_free())}")
+    opts = AdvantageOptions(gamma=gamma, group_size=group_size, norm_by_std=norm_by_std)
+    return ADV_ESTIMATORS.get(estimator)(rewards, None, mask, opts)[0]
+
+
+def _critic_free() -> tuple:
+    return tuple(n for n in ADV_ESTIMATORS if not ADV_ESTIMATORS.info(n, "critic"))
+
+
+def _on_tokens(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B,) sequence advantages -> (B, T), on every response token, 0 elsewhere."""
+    return torch.where(mask, adv[:, None], torch.zeros((), dtype=adv.dtype, device=adv.device))
+
+
+@ADV_ESTIMATORS.register("grpo", groups=True)
+def _grpo(rewards, values, mask, opts: AdvantageOptions):
     mask = mask.to(torch.bool)
-    if estimator == "reinforce_plus_plus":
-        return reinforce_plus_plus_advantages(rewards, mask, gamma)
     seq_returns = masked_sum(rewards, mask, dim=1)  # (B,)
-    if estimator == "grpo":
-        adv = group_relative_advantages(seq_returns, group_size, norm_by_std)
-    elif estimator == "rloo":
-        adv = leave_one_out_advantages(seq_returns, group_size)
-    else:
-        raise ValueError(f"unknown critic-free estimator {estimator!r}; choose one of {', '.join(ADV_ESTIMATORS[1:])}")
-    return torch.where(mask, adv[:, None], torch.zeros((), dtype=adv.dtype, device=adv.device))  # (B, T)
+    return _on_tokens(group_relative_advantages(seq_returns, opts.group_size, opts.norm_by_std), mask), None
+
+
+@ADV_ESTIMATORS.register("rloo", groups=True, openrlhf="rloo")
+def _rloo(rewards, values, mask, opts: AdvantageOptions):
+    mask = mask.to(torch.bool)
+    seq_returns = masked_sum(rewards, mask, dim=1)  # (B,)
+    return _on_tokens(leave_one_out_advantages(seq_returns, opts.group_size), mask), None
+
+
+@ADV_ESTIMATORS.register("reinforce_plus_plus", openrlhf="reinforce")
+def _reinforce_plus_plus(rewards, values, mask, opts: AdvantageOptions):
+    return reinforce_plus_plus_advantages(rewards, mask.to(torch.bool), opts.gamma), None
 
 
 def kl_loss(
@@ -158,8 +179,7 @@ def kl_loss(
     ``loss_agg_mode``, ``norm_len``, ``units``: averaged over tokens as the policy loss is (``losses.aggregate_loss``).
     stats: ``kl`` (the aggregated estimate, a float).
     """
-    if kl_loss_type not in KL_ESTIMATORS:
-        raise ValueError(f"unknown kl_loss_type {kl_loss_type!r}; choose one of {', '.join(KL_ESTIMATORS)}")
+    KL_ESTIMATORS.get(kl_loss_type)  # an unknown name fails here, naming the choices
     per_token = kl_penalty(logprobs, ref_logprobs, kl_loss_type)  # (B, T)
     loss = aggregate_loss(per_token, mask, loss_agg_mode, norm_len, units)
     with torch.no_grad():

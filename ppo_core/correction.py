@@ -25,8 +25,10 @@ the same tokens for symmetric bounds (lo = 1 / hi), [lo, hi] here is [1 / hi, 1 
 import torch
 
 from .masking import masked_mean, masked_sum
+from .registry import CORRECTION_LEVELS
 
 __all__ = [
+    "CORRECTION_LEVELS",
     "IS_LEVELS",
     "RS_LEVELS",
     "MODES",
@@ -40,21 +42,35 @@ __all__ = [
     "policy_inputs",
 ]
 
-IS_LEVELS = ("token", "sequence")
-RS_LEVELS = ("token", "sequence", "geometric")
 MODES = ("decoupled", "bypass")
 SAFETY_BOUND = 20.0  # |log weight| is clamped to 20 before exp (veRL's bound): e^20 ~ 5e8, never inf
 
 
+@CORRECTION_LEVELS.register("token", truncated=True)
+def _token(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """l_t: each token's own weight."""
+    return log_ratio
+
+
+@CORRECTION_LEVELS.register("sequence", truncated=True)
+def _sequence(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """sum_s l_s: the whole sequence's weight on each token, (B, 1) -> (B, T)."""
+    return masked_sum(log_ratio, mask, dim=1).unsqueeze(1).expand_as(log_ratio)
+
+
+@CORRECTION_LEVELS.register("geometric")
+def _geometric(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """mean_s l_s: the per-token average, length-free (rejection only)."""
+    return masked_mean(log_ratio, mask, dim=1).unsqueeze(1).expand_as(log_ratio)
+
+
+RS_LEVELS = CORRECTION_LEVELS  # every level rejects; truncated weights at the levels registered truncated=True
+IS_LEVELS = CORRECTION_LEVELS.names(truncated=True)  # those registered after import: CORRECTION_LEVELS.names(...)
+
+
 def _level_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
-    """(B, T) token log-ratios -> the level's log weight, broadcast to (B, T): l_t, sum_s l_s or mean_s l_s."""
-    if level == "token":
-        return log_ratio
-    if level == "sequence":
-        return masked_sum(log_ratio, mask, dim=1).unsqueeze(1).expand_as(log_ratio)  # (B, 1) -> (B, T)
-    if level == "geometric":
-        return masked_mean(log_ratio, mask, dim=1).unsqueeze(1).expand_as(log_ratio)
-    raise ValueError(f"unknown correction level {level!r}; choose one of {', '.join(RS_LEVELS)}")
+    """(B, T) token log-ratios -> the level's log weight, broadcast to (B, T) (an entry of ``CORRECTION_LEVELS``)."""
+    return CORRECTION_LEVELS.get(level)(log_ratio, mask)
 
 
 def importance_weights(
@@ -73,9 +89,14 @@ def truncated_weights(
     threshold: float = 2.0,
 ) -> torch.Tensor:  # fmt: skip
     """Truncated importance sampling (TIS): min(rho, ``threshold``) at ``level`` (token or sequence), (B, T)."""
-    if level not in IS_LEVELS:
-        raise ValueError(f"unknown importance-sampling level {level!r}; choose one of {', '.join(IS_LEVELS)}")
+    _truncation_level(level)
     return importance_weights(old_logprobs, behaviour_logprobs, mask, level).clamp(max=threshold)
+
+
+def _truncation_level(level: str) -> None:
+    levels = CORRECTION_LEVELS.names(truncated=True)
+    if level not in levels:
+        raise ValueError(f"unknown importance-sampling level {level!r}; choose one of {', '.join(levels)}")
 
 
 def rejection_mask(
@@ -124,8 +145,7 @@ def rollout_correction(
     if is_level is None:
         weights, truncated = kept.to(old_logprobs.dtype), torch.zeros_like(mask)
     else:
-        if is_level not in IS_LEVELS:
-            raise ValueError(f"unknown importance-sampling level {is_level!r}; choose one of {', '.join(IS_LEVELS)}")
+        _truncation_level(is_level)
         raw = importance_weights(old_logprobs, behaviour_logprobs, mask, is_level)
         weights, truncated = torch.where(kept, raw.clamp(max=is_threshold), 0.0), kept & (raw > is_threshold)
     stats = mismatch_metrics(old_logprobs, behaviour_logprobs, mask)

@@ -9,12 +9,13 @@ With G samples per prompt (``rollout.group_size``), scores R_i, response lengths
     soft overlong        R_i += min(0, (L - b - n_i) / b) * penalty: 0 up to L - b, down to -penalty at L
     missing EOS          R_i -= penalty for a response without EOS (TRL's missing_eos_penalty)
 
-Pure functions on tensors, and ``dynamic_sampling``, the trainer's refill loop.
+Pure functions on tensors, and ``DynamicSampling``, the rows a step keeps (``PPOTrainer.refill`` samples again).
 """
 
-from dataclasses import fields, replace
-
 import torch
+
+from .rollout import Rollout, ended_with_eos
+from .utils import stream_seed
 
 __all__ = [
     "ended_with_eos",
@@ -24,14 +25,9 @@ __all__ = [
     "agreeing_groups",
     "select_rows",
     "concat_rollouts",
-    "dynamic_sampling",
+    "extra_records",
+    "DynamicSampling",
 ]
-
-
-def ended_with_eos(response_ids: torch.Tensor, mask: torch.Tensor, stop_ids) -> torch.Tensor:
-    """(B, T) ids and mask -> (B,) bool: the response holds one of ``stop_ids`` on a counted token."""
-    stops = torch.as_tensor(list(stop_ids), device=response_ids.device)
-    return (torch.isin(response_ids, stops) & mask.to(torch.bool)).any(dim=1)
 
 
 def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer_len: int, penalty: float = 1.0) -> torch.Tensor:
@@ -54,7 +50,7 @@ def shape_rollout(ro, cfg, stop_ids) -> None:
     rw, r = cfg.reward, cfg.rollout
     if not (rw.overlong_buffer_len or rw.missing_eos_penalty or r.overlong_filter):
         return
-    ended = ended_with_eos(ro.response_ids, ro.mask, stop_ids)  # (B,)
+    ended = ro.ended_with_eos(stop_ids)  # (B,)
     lengths = ro.mask.sum(1)  # (B,)
     ro.scores = shape_scores(ro.scores, lengths, ended, r.max_new_tokens, rw.overlong_buffer_len, rw.overlong_penalty,
                              rw.missing_eos_penalty)  # fmt: skip
@@ -68,79 +64,50 @@ def agreeing_groups(scores: torch.Tensor, group_size: int, tol: float = 1e-6) ->
     return (groups.max(dim=1).values - groups.min(dim=1).values) <= tol
 
 
-def select_rows(ro, idx: torch.Tensor):
-    """The rollout's rows ``idx`` (a 1-d index tensor), completions included."""
-    picked = {f.name: getattr(ro, f.name) for f in fields(ro)}
-    for name, v in picked.items():
-        if torch.is_tensor(v) and v.dim() > 0:
-            picked[name] = v[idx.to(v.device)]
-    picked["completions"] = [ro.completions[i] for i in idx.tolist()] if ro.completions else []
-    return replace(ro, **picked)
+def select_rows(ro: Rollout, idx: torch.Tensor) -> Rollout:
+    """The rollout's rows ``idx`` (a 1-d index tensor), completions included (``Rollout.select``)."""
+    return ro.select(idx)
 
 
-def _padded(ro, P: int, T: int, pad_id: int) -> dict:
-    """The rollout's tensors with the prompt left-padded to P and the response right-padded to T (pad ids, 0
-    elsewhere: positions no mask counts and nothing attends to)."""
-    dp, dt = P - ro.prompt_len, T - ro.response_ids.shape[1]
-    out = {}
-    for f in fields(ro):
-        v = getattr(ro, f.name)
-        if not (torch.is_tensor(v) and v.dim() >= 2):
-            continue
-        fill = pad_id if f.name in ("input_ids", "response_ids") else 0
-        if v.shape[1] == ro.prompt_len + ro.response_ids.shape[1]:  # (B, P + T)
-            v = torch.nn.functional.pad(v, (dp, dt), value=fill)
-        else:  # (B, T) or (B, T, F)
-            v = torch.nn.functional.pad(v, (0, 0) * (v.dim() - 2) + (0, dt), value=fill)
-        out[f.name] = v
-    return out
+def concat_rollouts(ros: list, pad_id: int) -> Rollout:
+    """Rollouts of different prompt and response lengths as one, padded as the data-parallel gather pads them
+    (``Rollout.concat``)."""
+    return Rollout.concat(ros, pad_id)
 
 
-def concat_rollouts(ros: list, pad_id: int):
-    """Rollouts of different prompt and response lengths as one, padded as the data-parallel gather pads them."""
-    if len(ros) == 1:
-        return ros[0]
-    P = max(r.prompt_len for r in ros)
-    T = max(r.response_ids.shape[1] for r in ros)
-    parts = [_padded(r, P, T, pad_id) for r in ros]
-    joined = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-    joined["scores"] = torch.cat([r.scores for r in ros])
-    return replace(ros[0], **joined, prompt_len=P, completions=[c for r in ros for c in r.completions])
-
-
-def _extra_records(trainer, step: int, round_: int) -> list[dict]:
+def extra_records(train_records: list, seed: int, step: int, round_: int, batch_size: int, group_size: int) -> list:
     """Another batch of prompts for step ``step``'s refill round ``round_`` (a seeded draw, G copies each)."""
-    G, n = trainer.cfg.rollout.group_size, len(trainer.train_records)
-    gen = torch.Generator().manual_seed(trainer.cfg.train.seed * 1_000_033 + step * 1_009 + round_)
-    picks = torch.randperm(n, generator=gen)[: trainer.cfg.rollout.batch_size // G].tolist()
-    return [trainer.train_records[i] for i in picks for _ in range(G)]
+    gen = torch.Generator().manual_seed(stream_seed(seed, "refill", step, round_))
+    picks = torch.randperm(len(train_records), generator=gen)[: batch_size // group_size].tolist()
+    return [train_records[i] for i in picks for _ in range(group_size)]
 
 
-def dynamic_sampling(trainer, records: list[dict], ro):
-    """Drop the groups whose scores all agree and sample more prompts until ``rollout.batch_size`` rows are
-    kept or ``algo.max_sampling_rounds`` rounds are spent; returns (records, rollout, metrics). If no group
-    survives, the first batch is kept as it was. metrics: ``rollout/dropped_groups``, ``rollout/extra_samples``."""
-    cfg, step = trainer.cfg, trainer.step_count + 1
-    G, B = cfg.rollout.group_size, cfg.rollout.batch_size
-    kept_ro, kept_rec, dropped, drawn, round_ = [], [], 0, 0, 0
-    first, times = (records, ro), dict(trainer.times)
-    while True:
-        drawn += len(records)
-        keep = ~agreeing_groups(ro.scores, G)  # (B_round / G,)
-        dropped += int((~keep).sum())
-        rows = torch.arange(len(records)).reshape(-1, G)[keep.cpu()].flatten()
-        kept_ro.append(select_rows(ro, rows))
-        kept_rec += [records[i] for i in rows.tolist()]
-        round_ += 1
-        if len(kept_rec) >= B or round_ >= cfg.algo.max_sampling_rounds:
-            break
-        records = _extra_records(trainer, step, round_)
-        ro = trainer.collect(records)
-        times = {k: times.get(k, 0.0) + v for k, v in trainer.times.items()}
-    trainer.times = times
-    metrics = {"rollout/dropped_groups": float(dropped), "rollout/extra_samples": float(drawn - B)}
-    if not kept_rec:  # every group agreed in every round: train on the first batch (its advantages are 0)
-        return *first, metrics
-    full = concat_rollouts([r for r in kept_ro if r.response_ids.shape[0]], trainer.tokenizer.pad_token_id)
-    n = min(len(kept_rec), B)
-    return kept_rec[:n], select_rows(full, torch.arange(n)), metrics
+class DynamicSampling:
+    """The rows one step keeps: ``add(records, rollout)`` drops the groups whose scores all agree and says whether
+    to sample again (fewer than ``batch_size`` rows kept, rounds left); ``batch(pad_id)`` then gives (records,
+    rollout, metrics): the first ``batch_size`` kept rows, or, if no group survived, the first batch as it was.
+    metrics: ``rollout/dropped_groups``, ``rollout/extra_samples``."""
+
+    def __init__(self, group_size: int, batch_size: int, max_rounds: int):
+        self.G, self.B, self.max_rounds = group_size, batch_size, max_rounds
+        self.rollouts, self.records, self.first = [], [], None
+        self.dropped = self.drawn = self.rounds = 0
+
+    def add(self, records: list, ro: Rollout) -> bool:
+        self.first = self.first or (records, ro)
+        self.drawn += len(records)
+        keep = ~agreeing_groups(ro.scores, self.G)  # (B_round / G,)
+        self.dropped += int((~keep).sum())
+        rows = torch.arange(len(records)).reshape(-1, self.G)[keep.cpu()].flatten()
+        self.rollouts.append(ro.select(rows))
+        self.records += [records[i] for i in rows.tolist()]
+        self.rounds += 1
+        return len(self.records) < self.B and self.rounds < self.max_rounds
+
+    def batch(self, pad_id: int) -> tuple[list, Rollout, dict]:
+        metrics = {"rollout/dropped_groups": float(self.dropped), "rollout/extra_samples": float(self.drawn - self.B)}
+        if not self.records:  # every group agreed in every round: train on the first batch (its advantages are 0)
+            return *self.first, metrics
+        full = Rollout.concat([r for r in self.rollouts if r.response_ids.shape[0]], pad_id)
+        n = min(len(self.records), self.B)
+        return self.records[:n], full.select(torch.arange(n)), metrics

@@ -10,8 +10,9 @@ The state after the last response token is terminal: V = 0 and A = 0 there.
 import torch
 
 from .masking import masked_var
+from .registry import ADV_ESTIMATORS, AdvantageOptions
 
-__all__ = ["token_rewards", "compute_gae", "last_true_index", "explained_variance"]
+__all__ = ["token_rewards", "compute_gae", "gae_advantages", "last_true_index", "explained_variance"]
 
 
 def last_true_index(mask: torch.Tensor) -> torch.Tensor:
@@ -73,6 +74,16 @@ def compute_gae(
         next_value = torch.where(m, values[:, t], next_value)
         next_adv = torch.where(m, adv, next_adv)
     returns = torch.where(mask, advantages + values, torch.zeros_like(values))
+    return advantages, returns
+
+
+@ADV_ESTIMATORS.register("gae", critic=True, openrlhf="gae")
+def gae_advantages(rewards, values, mask, opts: AdvantageOptions) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's estimator, the entry ``gae`` of ``registry.ADV_ESTIMATORS``: GAE(``opts.lam``) advantages, and the
+    critic's targets with their own lambda (``opts.lam_value``; None: the same). (B, T) each."""
+    advantages, returns = compute_gae(rewards, values, mask, opts.gamma, opts.lam)
+    if opts.lam_value is not None and opts.lam_value != opts.lam:  # the critic's targets, with their own lambda
+        _, returns = compute_gae(rewards, values, mask, opts.gamma, opts.lam_value)
     return advantages, returns
 
 

@@ -13,22 +13,34 @@ where the reference does not. The samples must come from pi (the policy), not fr
 
 import torch
 
+from .registry import KL_ESTIMATORS
+
 __all__ = ["kl_penalty", "KL_ESTIMATORS", "AdaptiveKLController", "FixedKLController"]
 
-KL_ESTIMATORS = ("k1", "k2", "k3")
+
+@KL_ESTIMATORS.register("k1", verl="kl")
+def k1(log_ratio: torch.Tensor) -> torch.Tensor:
+    """l: unbiased, high variance."""
+    return log_ratio
+
+
+@KL_ESTIMATORS.register("k2", verl="mse")
+def k2(log_ratio: torch.Tensor) -> torch.Tensor:
+    """l^2 / 2: biased, low variance."""
+    return 0.5 * log_ratio**2
+
+
+@KL_ESTIMATORS.register("k3", verl="low_var_kl")  # veRL's low_var_kl is k3 clamped to +-10
+def k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    """r - 1 - log r with log r = -l; expm1 keeps precision when r is close to 1."""
+    return torch.expm1(-log_ratio) + log_ratio
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k1") -> torch.Tensor:
-    """Per-token KL estimate, (B, T) -> (B, T). ``logprobs`` are the policy's, of tokens it sampled."""
-    log_ratio = logprobs - ref_logprobs  # log pi - log pi_ref, (B, T)
-    if estimator == "k1":
-        return log_ratio
-    if estimator == "k2":
-        return 0.5 * log_ratio**2
-    if estimator == "k3":
-        # r - 1 - log r with log r = -log_ratio; expm1 keeps precision when r is close to 1.
-        return torch.expm1(-log_ratio) + log_ratio
-    raise ValueError(f"unknown KL estimator {estimator!r}; choose one of {', '.join(KL_ESTIMATORS)}")
+    """Per-token KL estimate, (B, T) -> (B, T). ``logprobs`` are the policy's, of tokens it sampled.
+    ``estimator``: a name of ``KL_ESTIMATORS``."""
+    fn = KL_ESTIMATORS.get(estimator)
+    return fn(logprobs - ref_logprobs)  # log pi - log pi_ref, (B, T)
 
 
 class AdaptiveKLController:

@@ -23,9 +23,11 @@ import torch
 
 from .logprobs import entropy_from_logits
 from .masking import masked_mean, masked_sum
+from .registry import POLICY_LOSSES, PolicySwitches
 
 __all__ = [
     "policy_loss",
+    "vanilla_loss",
     "value_loss",
     "entropy_loss",
     "aggregate_loss",
@@ -88,6 +90,13 @@ def policy_loss(
             "ratio_mean": token_stat(ratio, mask, units),
         }
     return loss, stats
+
+
+@POLICY_LOSSES.register("vanilla", openrlhf="ppo")
+def vanilla_loss(logprobs, old_logprobs, advantages, mask, s: PolicySwitches, **agg) -> tuple[torch.Tensor, dict]:
+    """``policy_loss`` as an entry of ``registry.POLICY_LOSSES``: PPO's clip, clip-higher, dual clip."""
+    return policy_loss(logprobs, old_logprobs, advantages, mask, s.clip_eps, clip_eps_low=s.low,
+                       clip_eps_high=s.high, dual_clip_c=s.dual_clip_c, **agg)  # fmt: skip
 
 
 def value_loss(

@@ -27,12 +27,11 @@ SAPO's own normalisation: no preset uses SAPO).
 
 import torch
 
-from .losses import aggregate_loss, policy_loss, token_stat
+from .losses import aggregate_loss, token_stat  # (and registers vanilla)
 from .masking import masked_mean
+from .registry import POLICY_LOSSES, PolicySwitches
 
-__all__ = ["POLICY_LOSSES", "compute_policy_loss", "gspo_loss", "cispo_loss", "sapo_loss"]
-
-POLICY_LOSSES = ("vanilla", "gspo", "cispo", "sapo")
+__all__ = ["POLICY_LOSSES", "PolicySwitches", "compute_policy_loss", "gspo_loss", "cispo_loss", "sapo_loss"]
 
 
 def _log_ratio(logprobs, old_logprobs, mask):
@@ -68,6 +67,11 @@ def gspo_loss(logprobs, old_logprobs, advantages, mask, eps_lo=3e-4, eps_hi=4e-4
     return loss, _stats(log_ratio, mask, clipped > unclipped, agg.get("units"))
 
 
+@POLICY_LOSSES.register("gspo", openrlhf="gspo")
+def _gspo(logprobs, old_logprobs, advantages, mask, s: PolicySwitches, **agg):
+    return gspo_loss(logprobs, old_logprobs, advantages, mask, s.low, s.high, **agg)
+
+
 def cispo_loss(logprobs, old_logprobs, advantages, mask, eps_lo=0.2, eps_hi=0.28, **agg):
     """CISPO: -sg(clip(r, 1 - eps_lo, 1 + eps_hi)) * A * log pi_theta (module docstring).
 
@@ -79,6 +83,11 @@ def cispo_loss(logprobs, old_logprobs, advantages, mask, eps_lo=0.2, eps_hi=0.28
     weight = torch.clamp(ratio, 1.0 - eps_lo, 1.0 + eps_hi).detach()  # (B, T), no gradient
     loss = aggregate_loss(-weight * advantages * logprobs, mask, **agg)
     return loss, _stats(log_ratio, mask, weight != ratio.detach(), agg.get("units"))
+
+
+@POLICY_LOSSES.register("cispo")
+def _cispo(logprobs, old_logprobs, advantages, mask, s: PolicySwitches, **agg):
+    return cispo_loss(logprobs, old_logprobs, advantages, mask, s.low, s.high, **agg)
 
 
 def sapo_loss(logprobs, old_logprobs, advantages, mask, tau_pos=1.0, tau_neg=1.05, band=(0.2, 0.2), **agg):
@@ -94,6 +103,11 @@ def sapo_loss(logprobs, old_logprobs, advantages, mask, tau_pos=1.0, tau_neg=1.0
     loss = aggregate_loss(-gate * advantages, mask, **agg)
     outside = (ratio.detach() > 1.0 + band[1]) | (ratio.detach() < 1.0 - band[0])
     return loss, _stats(log_ratio, mask, outside, agg.get("units"))
+
+
+@POLICY_LOSSES.register("sapo")
+def _sapo(logprobs, old_logprobs, advantages, mask, s: PolicySwitches, **agg):
+    return sapo_loss(logprobs, old_logprobs, advantages, mask, s.tau_pos, s.tau_neg, band=(s.low, s.high), **agg)
 
 
 def compute_policy_loss(
@@ -113,18 +127,7 @@ def compute_policy_loss(
     norm_len: int | None = None,
     units=None,
 ) -> tuple[torch.Tensor, dict]:
-    """The policy loss ``name`` (one of ``POLICY_LOSSES``) with veRL's key semantics: ``clip_eps_low`` and
-    ``clip_eps_high`` default to ``clip_eps``; ``dual_clip_c`` (vanilla only; None: off); ``tau_*`` (sapo)."""
-    lo = clip_eps if clip_eps_low is None else clip_eps_low
-    hi = clip_eps if clip_eps_high is None else clip_eps_high
+    """The policy loss ``name`` (an entry of ``POLICY_LOSSES``) with veRL's key semantics (``PolicySwitches``)."""
+    switches = PolicySwitches(clip_eps, clip_eps_low, clip_eps_high, dual_clip_c, tau_pos, tau_neg)
     agg = {"loss_agg_mode": loss_agg_mode, "norm_len": norm_len, "units": units}
-    args = (logprobs, old_logprobs, advantages, mask)
-    if name == "vanilla":
-        return policy_loss(*args, clip_eps, clip_eps_low=lo, clip_eps_high=hi, dual_clip_c=dual_clip_c, **agg)
-    if name == "gspo":
-        return gspo_loss(*args, lo, hi, **agg)
-    if name == "cispo":
-        return cispo_loss(*args, lo, hi, **agg)
-    if name == "sapo":
-        return sapo_loss(*args, tau_pos, tau_neg, band=(lo, hi), **agg)
-    raise ValueError(f"unknown policy loss {name!r}; choose one of {', '.join(POLICY_LOSSES)}")
+    return POLICY_LOSSES.get(name)(logprobs, old_logprobs, advantages, mask, switches, **agg)

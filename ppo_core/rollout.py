@@ -14,7 +14,7 @@ their task scores. (``fastpaths.py`` can let ``score`` reuse the prompt's keys a
 
 import contextlib
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 from transformers import GenerationConfig
@@ -33,6 +33,7 @@ __all__ = [
     "sampling_config",
     "complete",
     "stop_token_ids",
+    "ended_with_eos",
     "monte_carlo_values",
 ]
 
@@ -58,6 +59,56 @@ class Rollout:
     def keep(self) -> slice:
         """The positions whose outputs predict the response tokens: [P-1 : P+T-1]."""
         return response_slice(self.prompt_len, self.response_ids.shape[1])
+
+    def select(self, idx: torch.Tensor) -> "Rollout":
+        """The rows ``idx`` (a 1-d index tensor), completions included."""
+        picked = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, v in picked.items():
+            if torch.is_tensor(v) and v.dim() > 0:
+                picked[name] = v[idx.to(v.device)]
+        picked["completions"] = [self.completions[i] for i in idx.tolist()] if self.completions else []
+        return replace(self, **picked)
+
+    def padded(self, P: int, T: int, pad_id: int) -> dict:
+        """The (B, P + T) and (B, T, ...) tensors with the prompt left-padded to ``P`` and the response right-padded
+        to ``T``: pad ids in the ids, 0 (False) elsewhere, positions no mask counts and nothing attends to. A field
+        that is None stays None; ``scores`` (B,) as they are."""
+        dp, dt = P - self.prompt_len, T - self.response_ids.shape[1]
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not (torch.is_tensor(v) and v.dim() >= 2):
+                if f.name == "scores" or (v is None and f.name not in ("completions",)):
+                    out[f.name] = v
+                continue
+            fill = pad_id if f.name in ("input_ids", "response_ids") else 0
+            if v.shape[1] == self.prompt_len + self.response_ids.shape[1]:  # (B, P + T)
+                v = torch.nn.functional.pad(v, (dp, dt), value=fill)
+            else:  # (B, T) or (B, T, F)
+                v = torch.nn.functional.pad(v, (0, 0) * (v.dim() - 2) + (0, dt), value=fill)
+            out[f.name] = v
+        return out
+
+    @staticmethod
+    def concat(rollouts: list, pad_id: int) -> "Rollout":
+        """Rollouts of different prompt and response lengths as one, each padded to the longest (``padded``)."""
+        if len(rollouts) == 1:
+            return rollouts[0]
+        P = max(r.prompt_len for r in rollouts)
+        T = max(r.response_ids.shape[1] for r in rollouts)
+        parts = [r.padded(P, T, pad_id) for r in rollouts]
+        joined = {k: None if parts[0][k] is None else torch.cat([p[k] for p in parts]) for k in parts[0]}
+        return replace(rollouts[0], **joined, prompt_len=P, completions=[c for r in rollouts for c in r.completions])
+
+    def ended_with_eos(self, stop_ids) -> torch.Tensor:
+        """(B,) bool: the response holds one of ``stop_ids`` on a counted token (``ended_with_eos``)."""
+        return ended_with_eos(self.response_ids, self.mask, stop_ids)
+
+
+def ended_with_eos(response_ids: torch.Tensor, mask: torch.Tensor, stop_ids) -> torch.Tensor:
+    """(B, T) ids and mask -> (B,) bool: the response holds one of ``stop_ids`` on a counted token."""
+    stops = torch.as_tensor(list(stop_ids), device=response_ids.device)
+    return (torch.isin(response_ids, stops) & mask.to(torch.bool)).any(dim=1)
 
 
 def stop_token_ids(lm, tokenizer) -> list[int]:

@@ -27,15 +27,17 @@ from dataclasses import dataclass, field
 import torch
 
 from . import dapo
-from .advantages import outcome_advantages
+from .advantages import ADV_ESTIMATORS
 from .correction import policy_inputs
 from .fastpaths import PromptCache
-from .gae import compute_gae, explained_variance, token_rewards
+from .gae import explained_variance, token_rewards
 from .kl import kl_penalty
 from .masking import masked_mean, masked_whiten
+from .registry import AdvantageOptions
 from .rollout import Rollout, sample, score, stop_token_ids
 from .sampler import Sampler
 from .update import minibatch_update, update_kwargs, value_update
+from .utils import stream_seed
 
 __all__ = ["PPOTrainer", "StepRecord"]
 
@@ -71,7 +73,11 @@ class PPOTrainer:
         self.shuffle_gen = torch.Generator().manual_seed(cfg.train.seed)  # minibatch order; saved in checkpoints
         self.minibatch_update = minibatch_update  # chapter 05 swaps in the learner's own version
         self.hparams = update_kwargs(cfg)  # clip_eps, vf_coef, ... of minibatch_update
+        p = cfg.ppo  # step 4's estimator reads these (registry.ADV_ESTIMATORS)
+        self.adv_options = AdvantageOptions(p.gamma, p.lam, p.lam_value, cfg.rollout.group_size,
+                                            cfg.algo.norm_adv_by_std_in_grpo)  # fmt: skip
         self.step_count, self.last_step, self.times = 0, None, {}
+        self.correction_stats = {}  # chapter 09's mismatch/ and correction/ metrics of the last minibatch_data
 
     def prompt_batch(self, step: int) -> list[dict]:
         """The records of PPO step ``step`` (1-based): a fresh seeded permutation each pass over the data.
@@ -85,7 +91,8 @@ class PPOTrainer:
         out = []
         for i in range((step - 1) * b, step * b):
             epoch, j = divmod(i, n)
-            perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.cfg.train.seed * 100_003 + epoch))
+            gen = torch.Generator().manual_seed(stream_seed(self.cfg.train.seed, "prompts", index=epoch))
+            perm = torch.randperm(n, generator=gen)
             out += [self.train_records[int(perm[j])]] * G
         return out
 
@@ -97,12 +104,25 @@ class PPOTrainer:
         records = self.prompt_batch(self.step_count + 1)
         ro, extra = self.collect(records), {}
         if self.cfg.algo.dynamic_sampling:  # chapter 08 (DAPO): drop groups whose scores agree, sample more
-            records, ro, extra = dapo.dynamic_sampling(self, records, ro)
+            records, ro, extra = self.refill(records, ro)
         metrics = {**self.learn(ro), **extra}
         self.step_count += 1
         lengths = ro.mask.sum(1).float()
         return {"rollout/reward_mean": ro.scores.mean().item(), "rollout/response_length": lengths.mean().item(),
                 **metrics, **self.times}  # fmt: skip
+
+    def refill(self, records: list[dict], ro: Rollout) -> tuple[list, Rollout, dict]:
+        """Chapter 08's dynamic sampling: keep the groups whose scores disagree (``dapo.DynamicSampling``), collect
+        more prompts while it asks for them; the kept (records, rollout) and the metrics. Times add up."""
+        cfg, step = self.cfg, self.step_count + 1
+        G, B = cfg.rollout.group_size, cfg.rollout.batch_size
+        kept, times = dapo.DynamicSampling(G, B, cfg.algo.max_sampling_rounds), dict(self.times)
+        while kept.add(records, ro):  # more to sample
+            records = dapo.extra_records(self.train_records, cfg.train.seed, step, kept.rounds, B, G)
+            ro = self.collect(records)
+            times = {k: times.get(k, 0.0) + v for k, v in self.times.items()}
+        self.times = times
+        return kept.batch(self.tokenizer.pad_token_id)
 
     def collect(self, records: list[dict]) -> Rollout:
         """Steps 1-2: sample a response per record, score it (old logprobs, values, reference logprobs, task score)."""
@@ -126,16 +146,11 @@ class PPOTrainer:
         # 3. rewards: the task score on the last token, a KL penalty against the reference on every token
         kl = kl_penalty(ro.logprobs, ro.ref_logprobs, p.kl_estimator)  # (B, T)
         rewards = token_rewards(ro.scores, kl, ro.mask, kl_coef)
-        # 4. advantages: GAE with the critic, then whitening over the whole batch; or a critic-free baseline
-        if self.critic:
-            advantages_raw, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam)
-            if p.lam_value is not None and p.lam_value != p.lam:  # the critic's targets, with their own lambda
-                _, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam_value)
-            advantages = masked_whiten(advantages_raw, ro.mask) if p.whiten_advantages else advantages_raw
-        else:  # GRPO / RLOO (groups of rollout.group_size) or REINFORCE++ (the batch), chapter 07
-            G, norm = self.cfg.rollout.group_size, a.norm_adv_by_std_in_grpo
-            advantages_raw = advantages = outcome_advantages(a.adv_estimator, rewards, ro.mask, G, p.gamma, norm)
-            returns = None
+        # 4. advantages: GAE with the critic (and the critic's targets, the returns), then whitening over the whole
+        #    batch; or a critic-free baseline, GRPO / RLOO (groups of rollout.group_size) or REINFORCE++ (chapter 07)
+        advantages_raw, returns = ADV_ESTIMATORS.get(a.adv_estimator)(rewards, ro.values, ro.mask, self.adv_options)
+        whiten = self.critic and p.whiten_advantages
+        advantages = masked_whiten(advantages_raw, ro.mask) if whiten else advantages_raw
         # 5. update: ppo_epochs passes over shuffled minibatches (a value warm-up step: the critic alone)
         warmup = self.critic and self.step_count < p.value_warmup_steps  # this is step step_count + 1
         data = self.minibatch_data(ro, advantages, returns)
@@ -155,7 +170,16 @@ class PPOTrainer:
             self.kl_ctl.update(kl_to_ref, ro.input_ids.shape[0])
             self.sampler.sync(self.actor.lm)  # the new weights (chapter 09: or those of k updates ago)
         self.last_step = StepRecord(
-            kl, rewards, advantages_raw, advantages, returns, schedule, kl_coef, kl_to_ref, updates, skipped
+            kl=kl,
+            rewards=rewards,
+            advantages_raw=advantages_raw,
+            advantages=advantages,
+            returns=returns,
+            schedule=schedule,
+            kl_coef_used=kl_coef,
+            kl_for_controller=kl_to_ref,
+            updates=updates,
+            skipped=skipped,
         )
         self.times["time/update"] = time.perf_counter() - t0
         # learn also runs on a rollout that collect did not time (tests, a rollout built by hand)

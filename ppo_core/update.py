@@ -10,6 +10,7 @@ micro-batches' losses and gradients add up to the minibatch's, however it is spl
 """
 
 import functools
+from dataclasses import dataclass
 
 import torch
 
@@ -17,12 +18,14 @@ from .advantages import kl_loss
 from .logprobs import logprobs_from_logits
 from .losses import entropy_loss, loss_units, value_loss
 from .model import position_ids_from_mask
-from .objectives import compute_policy_loss
+from .objectives import POLICY_LOSSES, PolicySwitches
 from .precision import autocast
 from .sampler import apply_sampling_mask
 
 __all__ = [
     "ppo_loss",
+    "LossSwitches",
+    "policy_objective",
     "minibatch_update",
     "value_update",
     "update_kwargs",
@@ -36,6 +39,45 @@ class RatioCheckError(RuntimeError):
     """The first update's ratio is not 1: the training forward disagrees with the rollout's."""
 
 
+@dataclass(frozen=True)
+class LossSwitches:
+    """Chapters 07-08's switches of ``ppo_loss`` (the config keys in brackets); the defaults are PPO's loss."""
+
+    loss_agg_mode: str = "token-mean"  # how the policy loss averages its tokens (algo.loss_agg_mode)
+    loss_norm_len: int | None = None  # T_max of seq-mean-token-sum-norm (rollout.max_new_tokens)
+    kl_loss_coef: float = 0.0  # > 0: the KL to the reference in the loss (algo.kl_loss_coef with algo.use_kl_loss)
+    kl_loss_type: str = "k3"  # its estimator (algo.kl_loss_type)
+    policy_loss: str = "vanilla"  # the objective, an entry of registry.POLICY_LOSSES (algo.policy_loss)
+    clip_eps_low: float | None = None  # the objective's switches (ppo.clip_eps_low, ...; registry.PolicySwitches)
+    clip_eps_high: float | None = None
+    dual_clip_c: float | None = None
+    tau_pos: float = 1.0  # (algo.sapo_tau_pos)
+    tau_neg: float = 1.05  # (algo.sapo_tau_neg)
+
+    @classmethod
+    def from_config(cls, cfg) -> "LossSwitches":
+        p, a = cfg.ppo, cfg.algo
+        return cls(
+            loss_agg_mode=a.loss_agg_mode,
+            loss_norm_len=cfg.rollout.max_new_tokens,  # Dr. GRPO's constant: the response limit, not this batch's T
+            kl_loss_coef=a.kl_loss_coef if a.use_kl_loss else 0.0,
+            kl_loss_type=a.kl_loss_type,
+            policy_loss=a.policy_loss,
+            clip_eps_low=p.clip_eps_low,
+            clip_eps_high=p.clip_eps_high,
+            dual_clip_c=p.dual_clip_c,
+            tau_pos=a.sapo_tau_pos,
+            tau_neg=a.sapo_tau_neg,
+        )
+
+    def policy(self, clip_eps: float) -> PolicySwitches:
+        return PolicySwitches(clip_eps, self.clip_eps_low, self.clip_eps_high, self.dual_clip_c, self.tau_pos,
+                              self.tau_neg)  # fmt: skip
+
+
+PPO_LOSS = LossSwitches()
+
+
 def ppo_loss(
     actor,
     mb: dict,
@@ -44,27 +86,22 @@ def ppo_loss(
     vf_coef: float,
     ent_coef: float,
     temperature: float,
-    loss_agg_mode: str = "token-mean",
-    kl_loss_coef: float = 0.0,
-    kl_loss_type: str = "k3",
-    loss_norm_len: int | None = None,
-    policy_loss: str = "vanilla",
-    policy_kwargs: dict | None = None,
+    switches: LossSwitches = PPO_LOSS,
 ) -> tuple[torch.Tensor, dict]:
     """The combined PPO loss on one (micro-)batch. ``mb`` holds the rollout tensors for its rows.
 
     mb keys: input_ids, attention_mask (B, P+T); response_ids, mask, old_logprobs, old_values,
-    advantages, returns (B, T); keep: the slice [P-1 : P+T-1]. Chapter 07's switches: an actor
-    without a value head (no value loss; old_values and returns are then not read),
-    ``loss_agg_mode`` (with ``loss_norm_len``, the constant T_max of seq-mean-token-sum-norm) for the policy
-    loss, and ``kl_loss_coef`` > 0 adds the KL to the reference (``mb["ref_logprobs"]``, estimator
-    ``kl_loss_type``) to the loss. Chapter 08: ``policy_loss`` names the objective (``objectives.POLICY_LOSSES``)
-    and ``policy_kwargs`` its switches; ``mb["units"]`` (``losses.loss_units`` of the whole minibatch; absent:
-    these rows' own) is every term's denominator. Chapter 09's corrections: ``is_weights`` (B, T) multiply
-    each token's advantage (every objective here scales with A), and the policy loss counts ``policy_mask``'s
-    tokens only (``mb["policy_units"]``: the whole minibatch's); ``sampling_mask`` (B, T, V) restricts the
-    policy to the sampler's top-k/top-p support.
+    advantages, returns (B, T); keep: the slice [P-1 : P+T-1]. Chapter 07's switches (``switches``,
+    ``LossSwitches``): an actor without a value head (no value loss; old_values and returns are then not read),
+    ``loss_agg_mode`` (with ``loss_norm_len``) for the policy loss, and ``kl_loss_coef`` > 0 adds the KL to the
+    reference (``mb["ref_logprobs"]``, estimator ``kl_loss_type``) to the loss. Chapter 08: ``policy_loss``
+    names the objective (``registry.POLICY_LOSSES``) with its switches; ``mb["units"]`` (``losses.loss_units``
+    of the whole minibatch; absent: these rows' own) is every term's denominator. Chapter 09's corrections:
+    ``is_weights`` (B, T) multiply each token's advantage (every objective here scales with A), and the policy
+    loss counts ``policy_mask``'s tokens only (``mb["policy_units"]``: the whole minibatch's);
+    ``sampling_mask`` (B, T, V) restricts the policy to the sampler's top-k/top-p support.
     """
+    s = switches
     pos = position_ids_from_mask(mb["attention_mask"])
     logits, values = actor(mb["input_ids"], mb["attention_mask"], pos, keep=mb["keep"])  # (B, T, V), (B, T)
     if "sampling_mask" in mb:  # chapter 09's Keep Sampling Mask: pi_theta on the sampler's top-k/top-p support
@@ -72,28 +109,23 @@ def ppo_loss(
     logprobs = logprobs_from_logits(logits, mb["response_ids"], temperature)  # (B, T)
     mask = mb["mask"]
     units = mb.get("units")  # the minibatch's counts: micro-batches add up (chapter 08)
-    agg = {"loss_agg_mode": loss_agg_mode, "norm_len": loss_norm_len, "units": mb.get("policy_units", units)}
+    agg = {"loss_agg_mode": s.loss_agg_mode, "norm_len": s.loss_norm_len, "units": mb.get("policy_units", units)}
     advantages = mb["advantages"] * mb["is_weights"] if "is_weights" in mb else mb["advantages"]  # chapter 09
-    pg_loss, pg_stats = compute_policy_loss(
-        policy_loss,
-        logprobs,
-        mb["old_logprobs"],
-        advantages,
-        mb.get("policy_mask", mask),
-        clip_eps=clip_eps,
-        **(policy_kwargs or {}),
-        **agg,
+    pg_loss, pg_stats = policy_objective(
+        s.policy_loss, logprobs, mb["old_logprobs"], advantages, mb.get("policy_mask", mask), s.policy(clip_eps), **agg
     )
     loss, extra = pg_loss, {}
-    if (policy_kwargs or {}).get("dual_clip_c") is not None:
+    if s.dual_clip_c is not None:
         extra["policy/clipfrac_lower"] = pg_stats["clipfrac_lower"]
     if values is not None:
         vf_loss, vf_stats = value_loss(values.float(), mb["old_values"], mb["returns"], mask, vf_clip_eps, units=units)
         loss = loss + vf_coef * vf_loss
         extra.update({"value/loss": vf_loss.item(), "value/clipfrac": vf_stats["clipfrac"]})
-    if kl_loss_coef > 0:
-        kl_term, _ = kl_loss(logprobs, mb["ref_logprobs"], mask, kl_loss_type, loss_agg_mode, loss_norm_len, units)
-        loss = loss + kl_loss_coef * kl_term
+    if s.kl_loss_coef > 0:
+        kl_term, _ = kl_loss(
+            logprobs, mb["ref_logprobs"], mask, s.kl_loss_type, s.loss_agg_mode, s.loss_norm_len, units
+        )
+        loss = loss + s.kl_loss_coef * kl_term
         extra["kl/loss"] = kl_term.item()
     if ent_coef != 0:
         ent_loss, ent_stats = entropy_loss(logits, mask, temperature, units=units)
@@ -115,6 +147,11 @@ def ppo_loss(
         "policy/max_abs_log_ratio": max_log_ratio,
     }
     return loss, stats
+
+
+def policy_objective(name: str, logprobs, old_logprobs, advantages, mask, switches: PolicySwitches, **agg):
+    """The objective ``name`` (an entry of ``registry.POLICY_LOSSES``) on these (B, T) tensors: (loss, stats)."""
+    return POLICY_LOSSES.get(name)(logprobs, old_logprobs, advantages, mask, switches, **agg)
 
 
 def minibatch_update(
@@ -245,18 +282,7 @@ def update_kwargs(cfg) -> dict:
         grad_accum_steps=p.grad_accum_steps,
         max_grad_norm=p.max_grad_norm,
     )
-    switches = {"clip_eps_low": p.clip_eps_low, "clip_eps_high": p.clip_eps_high, "dual_clip_c": p.dual_clip_c}
-    switches = {k: v for k, v in switches.items() if v is not None}  # chapter 08's, where set
-    if a.policy_loss == "sapo":
-        switches.update(tau_pos=a.sapo_tau_pos, tau_neg=a.sapo_tau_neg)
-    if a.use_kl_loss or a.loss_agg_mode != "token-mean" or a.policy_loss != "vanilla" or switches:
-        kwargs["loss_fn"] = functools.partial(
-            ppo_loss,
-            loss_agg_mode=a.loss_agg_mode,
-            kl_loss_coef=a.kl_loss_coef if a.use_kl_loss else 0.0,
-            kl_loss_type=a.kl_loss_type,
-            loss_norm_len=cfg.rollout.max_new_tokens,  # Dr. GRPO's constant: the response limit, not this batch's T
-            policy_loss=a.policy_loss,
-            policy_kwargs=switches,
-        )
+    clips = (p.clip_eps_low, p.clip_eps_high, p.dual_clip_c)  # chapter 08's, where set
+    if a.use_kl_loss or a.loss_agg_mode != "token-mean" or a.policy_loss != "vanilla" or clips != (None,) * 3:
+        kwargs["loss_fn"] = functools.partial(ppo_loss, switches=LossSwitches.from_config(cfg))
     return kwargs

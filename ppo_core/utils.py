@@ -14,7 +14,28 @@ __all__ = [
     "hub_unreachable",
     "fsync",
     "no_transformers_bars",
+    "stream_seed",
+    "dotted_get",
 ]
+
+
+def dotted_get(obj, dotted: str):
+    """``obj.a.b`` for ``dotted`` = "a.b" (a config key)."""
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+SEED_STREAMS = {"prompts": 100_003, "refill": 1_000_033, "rank_sampling": 1_000_003}
+"""The random streams a run derives from ``train.seed``, each with its own multiplier so that they never coincide."""
+
+
+def stream_seed(seed: int, stream: str, step: int = 0, index: int = 0) -> int:
+    """The seed of one draw of ``stream`` (``SEED_STREAMS``): a pure function of (``train.seed``, step, index), so
+    that a resumed run draws the same. prompts: index = the pass over the data; refill: step and round of dynamic
+    sampling; rank_sampling: step and rank of a data-parallel rank's sampling."""
+    return (seed * SEED_STREAMS[stream] + step * 1_009 + index) % 2**63
+
 
 TRUE_STRINGS = {"1", "ON", "YES", "TRUE"}
 

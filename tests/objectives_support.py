@@ -6,7 +6,7 @@ import functools
 import torch
 
 from ppo_core.checks.ch05_loop import _minibatch, _perturbed, _tiny_actor
-from ppo_core.update import ppo_loss
+from ppo_core.update import LossSwitches, ppo_loss
 
 SETTINGS = {  # name -> (algo.policy_loss, its switches)
     "vanilla": ("vanilla", {}),
@@ -49,12 +49,5 @@ def build_case():
 def loss_fn(setting: str, mode: str):
     """``ppo_loss`` with one objective, one aggregation, and every term on (value, entropy, KL in the loss)."""
     name, switches = SETTINGS[setting]
-    return functools.partial(
-        ppo_loss,
-        loss_agg_mode=mode,
-        kl_loss_coef=0.1,
-        kl_loss_type="k3",
-        loss_norm_len=T + 2,
-        policy_loss=name,
-        policy_kwargs=switches,
-    )
+    s = LossSwitches(mode, T + 2, kl_loss_coef=0.1, kl_loss_type="k3", policy_loss=name, **switches)
+    return functools.partial(ppo_loss, switches=s)

@@ -25,6 +25,7 @@ def _overrides(preset, tiny_overrides, model, out, steps=2, *extra):
     return ["--config", preset, *tiny_overrides(model, out, steps, *groups, *extra)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", list(CRITIC_FREE))
 def test_each_method_runs_through_the_training_command(preset, tiny_model_path, tiny_overrides, tmp_path, one_thread):
     out = tmp_path / "run"
@@ -40,6 +41,7 @@ def test_each_method_runs_through_the_training_command(preset, tiny_model_path, 
     assert not (out / "final" / "value_head.pt").exists()
 
 
+@pytest.mark.slow
 def test_ppo_still_trains_its_critic(tiny_model_path, tiny_overrides, tmp_path, one_thread):
     out = tmp_path / "run"
     assert main(["--config", "cpu", *tiny_overrides(tiny_model_path, out, 1)]) == 0
@@ -48,6 +50,7 @@ def test_ppo_still_trains_its_critic(tiny_model_path, tiny_overrides, tmp_path, 
     assert (out / "final" / "value_head.pt").is_file()
 
 
+@pytest.mark.slow
 def test_grpo_command_in_a_subprocess(tiny_model_path, tiny_overrides, tmp_path):
     """What a user types: python -m ppo_core.train --config cpu-grpo ..."""
     out = tmp_path / "run"
@@ -59,6 +62,7 @@ def test_grpo_command_in_a_subprocess(tiny_model_path, tiny_overrides, tmp_path)
     assert json.loads((out / "summary.json").read_text())["after/sampled_accuracy"] >= 0
 
 
+@pytest.mark.slow
 def test_no_value_head_is_built_or_optimised_and_the_groups_are_contiguous(tiny_model_path, tiny_overrides, tmp_path):
     cfg = load_config("cpu-grpo", tiny_overrides(tiny_model_path, tmp_path / "run", 1, "rollout.group_size=4"))
     trainer = RunTrainer(cfg)
@@ -78,6 +82,7 @@ def test_no_value_head_is_built_or_optimised_and_the_groups_are_contiguous(tiny_
     assert torch.allclose(want.view(2, 4).sum(1), torch.zeros(2), atol=1e-5)  # each group's sum to 0
 
 
+@pytest.mark.slow
 def test_critic_free_run_resumes_from_a_checkpoint(tiny_model_path, tiny_overrides, tmp_path, one_thread):
     out = tmp_path / "run"
     assert main(_overrides("cpu-rloo", tiny_overrides, tiny_model_path, out, 1, "train.save_every=1")) == 0

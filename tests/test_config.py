@@ -1,11 +1,13 @@
 import pytest
+from omegaconf import OmegaConf
+from omegaconf.errors import ReadonlyConfigError
 
-from ppo_core.run.config import Config, ConfigError, load_config
+from ppo_core.run.config import Config, ConfigError, derive, load_config
 
 
 def test_presets_parse():
     cpu, cuda = load_config("cpu"), load_config("cuda")
-    assert isinstance(cpu, Config) and cpu.model.name_or_path == "tiny" and cpu.model.device == "cpu"
+    assert OmegaConf.get_type(cpu) is Config and cpu.model.name_or_path == "tiny" and cpu.model.device == "cpu"
     assert cuda.model.dtype == "bfloat16" and cuda.ppo.optimizer == "adamw8bit" and cuda.ppo.grad_accum_steps > 1
     assert cuda.data.task == "gsm8k"
 
@@ -68,3 +70,19 @@ def test_unknown_key_in_a_yaml_file_names_the_file(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(str(path))
     assert str(path) in str(err.value) and "did you mean 'ppo.clip_eps'" in str(err.value)
+
+
+def test_the_config_is_read_only_after_validation():
+    """What was checked is what runs: assignment raises; a derived value makes a new config, the old one unchanged."""
+    cfg = load_config("cpu")
+    for key, value in (("ppo.lr", 1.0), ("train.output_dir", "elsewhere"), ("data.max_prompt_len", 10)):
+        section, name = key.split(".")
+        with pytest.raises(ReadonlyConfigError):
+            setattr(getattr(cfg, section), name, value)
+    with pytest.raises(ReadonlyConfigError):
+        cfg.train = cfg.train
+    derived = derive(cfg, {"data.max_prompt_len": 10})
+    assert derived.data.max_prompt_len == 10 and cfg.data.max_prompt_len == 200
+    assert OmegaConf.get_type(derived) is Config and OmegaConf.is_readonly(derived)
+    with pytest.raises(ReadonlyConfigError):
+        derived.data.max_prompt_len = 11

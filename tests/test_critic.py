@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ppo_core.gae import compute_gae
-from ppo_core.run.config import ConfigError, load_config
+from ppo_core.run.config import ConfigError, derive, load_config
 from ppo_core.run.metrics import ev_by_success, explained_variance, last_mean, read_metrics
 from ppo_core.run.runner import RunTrainer
 from ppo_core.run.setup import build_optimizer, param_groups
@@ -96,7 +96,7 @@ def test_value_head_gets_its_own_parameter_group_and_learning_rate(tiny_model_pa
     assert not head & {id(p) for p in groups[0]["params"]}
     n_all = sum(1 for p in tr.actor.parameters() if p.requires_grad)
     assert len(groups[0]["params"]) + len(groups[1]["params"]) == n_all
-    cfg.ppo.value_lr = 0.0  # set back: one group, at ppo.lr, as before
+    cfg = derive(cfg, {"ppo.value_lr": 0.0})  # set back: one group, at ppo.lr, as before
     assert [g["lr"] for g in build_optimizer(tr.actor, cfg.ppo).param_groups] == [1e-4]
     assert isinstance(param_groups(tr.actor, cfg.ppo), list) and torch.is_tensor(param_groups(tr.actor, cfg.ppo)[0])
 

@@ -75,6 +75,7 @@ CORRECTION = ("sampler.dtype=bfloat16", "correction.is_level=token", "correction
 """Chapter 09: weights and a kept-token mask from the sampler's logprobs; each rank divides by the global kept count."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "extra",
     [("ppo.separate_critic=false",), ("ppo.separate_critic=true", "ppo.value_epochs=3"), LORA, CORRECTION],
@@ -106,6 +107,7 @@ def test_two_ranks_update_equals_one_process(tiny_model_path, tmp_path, one_thre
         assert r1["metrics"][k] == pytest.approx(r0["metrics"][k], rel=0, abs=0, nan_ok=True), k
 
 
+@pytest.mark.slow
 def test_two_rank_run_same_weights_and_resume(tiny_model_path, tmp_path):
     out = tmp_path / "run"
     _torchrun(["-m", "ppo_core.train", *_overrides(tiny_model_path, out, 2, "train.save_every=1")], tmp_path)
@@ -125,6 +127,7 @@ def test_two_rank_run_same_weights_and_resume(tiny_model_path, tmp_path):
     assert json.loads((out / "summary.json").read_text())
 
 
+@pytest.mark.slow
 def test_two_ranks_grpo_groups_and_a_reward_model(tiny_model_path, rm_path, tmp_path, one_thread):
     """No critic, rollout.group_size=4 (2 whole groups per rank), the KL in a sequence-mean loss and
     reward.type=model: the ranks' gathered batch is the step's prompts in order with each group's rows
@@ -181,6 +184,7 @@ def test_loss_units_follow_the_aggregation():
     assert loss_units(mask)["seq-mean-token-sum-norm"] == 3  # responses
 
 
+@pytest.mark.slow
 def test_each_rank_samples_from_a_stream_of_seed_step_and_rank(tiny_model_path, tmp_path, monkeypatch, one_thread):
     """``DistributedPPOTrainer.collect`` in this process as rank 0 or 1 of 2 (the gather left out): rank r
     samples its half of the records from torch seeded by (train.seed, step, rank) alone. Both halves hold
@@ -214,7 +218,6 @@ def test_gathered_rows_are_padded_with_masked_out_positions():
     columns go on the left, the new response column on the right, all of them pad ids that nothing attends
     to and no loss counts."""
     from ppo_core.rollout import Rollout
-    from ppo_core.run.distributed import _pad_rollout
 
     ro = Rollout(
         input_ids=torch.tensor([[5, 6, 7, 8]]),
@@ -227,7 +230,7 @@ def test_gathered_rows_are_padded_with_masked_out_positions():
         ref_logprobs=torch.tensor([[-1.0, -2.0]]),
         scores=torch.tensor([1.0]),
     )
-    padded = _pad_rollout(ro, prompt_len=4, response_len=3, pad_id=0)
+    padded = ro.padded(4, 3, pad_id=0)
     assert padded["input_ids"].tolist() == [[0, 0, 5, 6, 7, 8, 0]]
     assert padded["attention_mask"].tolist() == [[0, 0, 1, 1, 1, 1, 0]]
     assert padded["response_ids"].tolist() == [[7, 8, 0]] and padded["mask"].tolist() == [[True, True, False]]

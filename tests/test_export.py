@@ -343,3 +343,105 @@ def test_verl_check_rejects_a_wrong_export(tiny_model_path):
     assert "Could not override" in verl_check(lines + ["actor_rollout_ref.actor.clip_eps=0.2"]).stderr
     no_micro = [line for line in lines if "micro_batch_size" not in line]
     assert "Please set at least one of 'actor.ppo_micro_batch_size'" in verl_check(no_micro).stderr
+
+
+# ---- value by value: what each engine does with the exported settings is what the preset means -----------------
+
+VERL_KL = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}  # veRL's kl_penalty / kl_loss_type names, typed here
+ORL_AGG = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"}
+VALUE_CASES = [(p, MODEL) for p in PRESETS] + [
+    ("cpu", MODEL + ["ppo.clip_eps=0.15", "ppo.clip_eps_low=0.1", "ppo.clip_eps_high=0.3", "ppo.dual_clip_c=3.0"]),
+    ("cpu", MODEL + ["ppo.kl_estimator=k3", "ppo.kl_coef=0.05"]),
+    ("cpu", MODEL + ["algo.use_kl_in_reward=false"]),
+    ("cpu-grpo", MODEL + ["algo.kl_loss_type=k2", "algo.kl_loss_coef=0.01",
+                          "algo.loss_agg_mode=seq-mean-token-sum-norm"]),
+    ("cpu", MODEL + ["sampler.dtype=bfloat16", "correction.is_level=sequence", "correction.is_threshold=3.0",
+                     "correction.rs_level=geometric", "correction.rs_threshold=1.5"]),
+    ("cpu", MODEL + ["sampler.dtype=bfloat16", "correction.mode=bypass"]),
+]  # fmt: skip
+
+
+def meant(cfg) -> dict:
+    """What the run does, in one vocabulary: the clip range, the dual clip, the averaging, where the KL sits (estimator,
+    coefficient), the objective, the correction."""
+    p, a, k = cfg.ppo, cfg.algo, cfg.correction
+    low = p.clip_eps if p.clip_eps_low is None else p.clip_eps_low
+    high = p.clip_eps if p.clip_eps_high is None else p.clip_eps_high
+    return {
+        "clip": (low, high),
+        "dual_clip": p.dual_clip_c,
+        "agg": a.loss_agg_mode,
+        "kl_in_reward": (p.kl_estimator, p.kl_coef) if a.use_kl_in_reward else None,
+        "kl_in_loss": (a.kl_loss_type, a.kl_loss_coef) if a.use_kl_loss else None,
+        "objective": a.policy_loss,
+        "correction": (k.mode, k.is_level, k.is_threshold if k.is_level else None, k.rs_level,
+                       k.rs_threshold if k.rs_level else None),
+    }  # fmt: skip
+
+
+def verl_reads(s: dict) -> dict:
+    """The same, as veRL 0.9 reads its settings (its defaults where a key is not written)."""
+    A, RC = "actor_rollout_ref.actor.", "algorithm.rollout_correction."
+    c, is_level, rs_level = s[A + "clip_ratio_c"], s.get(RC + "rollout_is"), s.get(RC + "rollout_rs")
+    return {
+        "clip": (s.get(A + "clip_ratio_low", s[A + "clip_ratio"]), s.get(A + "clip_ratio_high", s[A + "clip_ratio"])),
+        "dual_clip": None if c >= 1e6 else c,
+        "agg": s[A + "loss_agg_mode"],
+        "kl_in_reward": (VERL_KL[s["algorithm.kl_penalty"]], s["algorithm.kl_ctrl.kl_coef"])
+        if s["algorithm.use_kl_in_reward"] else None,
+        "kl_in_loss": (VERL_KL[s[A + "kl_loss_type"]], s[A + "kl_loss_coef"]) if s[A + "use_kl_loss"] else None,
+        "objective": s[A + "policy_loss.loss_mode"],
+        "correction": ("bypass" if s[RC + "bypass_mode"] else "decoupled", is_level,
+                       s[RC + "rollout_is_threshold"] if is_level else None, rs_level,
+                       s[RC + "rollout_rs_threshold"] if rs_level else None),
+    }  # fmt: skip
+
+
+def openrlhf_reads(s: dict) -> dict:
+    """The same, as OpenRLHF 0.11 reads its flags: one KL coefficient, in the loss with --algo.kl.use_loss, else in
+    the reward; --actor.eps_clip_low_high over --actor.eps_clip; no dual clip without --actor.dual_clip."""
+    clip = s.get("--actor.eps_clip_low_high", [s["--actor.eps_clip"]] * 2)
+    coef, loss = s.get("--algo.kl.init_coef", 0.0), s.get("--algo.kl.use_loss", False)
+    kl = (s.get("--algo.kl.estimator", "k1"), coef) if coef > 0 else None
+    agg = s.get("--actor.loss_agg_mode", "token-mean")
+    return {
+        "clip": tuple(clip),
+        "dual_clip": s.get("--actor.dual_clip"),
+        "agg": agg if agg in ORL_AGG else None,
+        "kl_in_reward": None if loss else kl,
+        "kl_in_loss": kl if loss else None,
+        "objective": {"ppo": "vanilla", "gspo": "gspo"}[s.get("--actor.policy_loss_type", "ppo")],
+    }
+
+
+@pytest.mark.parametrize("preset,overrides", VALUE_CASES, ids=[" ".join([p, *o[1:]]) for p, o in VALUE_CASES])
+def test_each_exported_value_means_what_the_run_means(preset, overrides):
+    cfg = load_config(preset, overrides)
+    want = meant(cfg)
+    verl = settings_for(cfg, "verl", FILES, n_train=cfg.data.n_train)
+    assert verl_reads(verl.settings) == want
+    orl = settings_for(cfg, "openrlhf", FILES, n_train=cfg.data.n_train)
+    got = openrlhf_reads(orl.settings)
+    for key, value in got.items():  # what OpenRLHF cannot express is a gap the export names, never a wrong value
+        dotted = {
+            "clip": "ppo.clip_eps_low",
+            "dual_clip": "ppo.dual_clip_c",
+            "agg": "algo.loss_agg_mode",
+            "kl_in_reward": "ppo.kl_coef",
+            "kl_in_loss": "algo.kl_loss_coef",
+            "objective": "algo.policy_loss",
+        }
+        assert value == want[key] or dotted[key] in orl.gaps, (key, value, want[key])  # fmt: skip
+
+
+def test_the_value_check_rejects_a_value_mapped_from_the_wrong_key():
+    """clip_ratio_high written from ppo.clip_eps (not clip_eps_high), the reward's KL estimator written as the
+    loss's: every key still exists, and the read-back differs."""
+    cfg = load_config("cpu-dapo", MODEL)
+    s = dict(settings_for(cfg, "verl", FILES, n_train=cfg.data.n_train).settings)
+    s["actor_rollout_ref.actor.clip_ratio_high"] = cfg.ppo.clip_eps
+    assert verl_reads(s) != meant(cfg)
+    cfg = load_config("cpu", MODEL + ["ppo.kl_estimator=k1", "algo.kl_loss_type=k3"])
+    s = dict(settings_for(cfg, "verl", FILES, n_train=cfg.data.n_train).settings)
+    s["algorithm.kl_penalty"] = s["actor_rollout_ref.actor.kl_loss_type"]
+    assert verl_reads(s) != meant(cfg)

@@ -19,6 +19,7 @@ def rm_path(tiny_model_path, tmp_path_factory):
     return str(path)
 
 
+@pytest.mark.slow
 def test_ppo_steps_against_a_learned_reward(tiny_model_path, tiny_overrides, rm_path, tmp_path, one_thread):
     cfg = load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "run", 2, "reward.type=model",
                                             f"reward.path={rm_path}", "train.tensorboard=false"))  # fmt: skip
@@ -38,6 +39,7 @@ def test_ppo_steps_against_a_learned_reward(tiny_model_path, tiny_overrides, rm_
     assert all(torch.equal(a, b) for a, b in zip(before, rm.parameters()))  # frozen
 
 
+@pytest.mark.slow
 def test_rule_reward_has_no_model_and_no_extra_metrics(tiny_model_path, tiny_overrides, tmp_path, one_thread):
     trainer = RunTrainer(
         load_config("cpu", tiny_overrides(tiny_model_path, tmp_path / "r", 1, "train.tensorboard=false"))
@@ -58,6 +60,7 @@ def test_bad_reward_config_is_one_line(extra, message):
         load_config("cpu", extra)
 
 
+@pytest.mark.slow
 def test_cli_exit_2(tmp_path, capsys):
     from ppo_core.train import main
 
@@ -66,6 +69,7 @@ def test_cli_exit_2(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # seconds, not milliseconds: a proxy-gold curve, many samples or a shipped checkpoint
 def test_overoptimisation_curve_records_proxy_gold_and_kl(
     tiny_model_path, tiny_overrides, rm_path, tmp_path, one_thread, monkeypatch
 ):
@@ -96,6 +100,7 @@ def test_overoptimisation_curve_records_proxy_gold_and_kl(
         assert s["gold"] == pytest.approx(want)
 
 
+@pytest.mark.slow
 def test_reward_model_metrics_are_means_of_the_rule_and_the_gold_reward(tiny_model_path, tiny_overrides, rm_path,
                                                                         tmp_path):  # fmt: skip
     """Three responses to "2+3" (answer 12 characters long), reward.gold_length_coef=0.2: the rule gives 1.0

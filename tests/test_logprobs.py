@@ -286,9 +286,9 @@ def test_logprobs_rejects_tokens_that_do_not_match_the_logits(tokens_shape):
 @pytest.mark.parametrize("what", ["logprobs", "entropy"])
 def test_logprobs_and_entropy_take_a_sequence_at_a_time_on_a_real_vocabulary(what):
     """On Qwen2.5's vocabulary, the one-shot forms take two (logprobs) or three (entropy) float32 copies of the
-    logits; the package's, as many of one sequence's (tests/quality/memory_peaks.py, ``benchmarks/memory.py --logprobs``
+    logits; the package's, as many of one sequence's (tools/memory_peaks.py, ``benchmarks/memory.py --logprobs``
     at the cuda preset's)."""
-    from quality.memory_peaks import row_wise_peaks
+    from tools.memory_peaks import row_wise_peaks
 
     peaks = row_wise_peaks(what, 12, 64, 151936)  # one float32 (B, T, V) tensor: 467 MB, a sequence 39 MB
     one = 12 * 64 * 151936 * 4

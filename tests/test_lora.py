@@ -33,6 +33,7 @@ def _trainer(tiny_model_path, tiny_overrides, out, steps=2, *extra):
     return RunTrainer(load_config("cpu", tiny_overrides(tiny_model_path, out, steps, *LORA, *extra)))
 
 
+@pytest.mark.slow
 def test_reference_is_the_base_with_adapters_off_and_stays_frozen(
     tiny_model_path, tiny_overrides, tmp_path, one_thread
 ):
@@ -69,6 +70,7 @@ def test_reference_is_the_base_with_adapters_off_and_stays_frozen(
     tr.logger.close()
 
 
+@pytest.mark.slow
 def test_resume_repeats_the_run_and_evaluate_merges(
     tiny_model_path, tiny_overrides, tmp_path, one_thread, capsys, monkeypatch
 ):
@@ -135,6 +137,7 @@ def _update_data(ro) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_lora_without_a_critic_with_the_kl_in_the_loss(tiny_model_path, tiny_overrides, tmp_path, one_thread):
     """GRPO with LoRA: no value head anywhere (model, optimizer, checkpoint), and the KL in the loss is taken
     against the base with the adapters off: 0 before the update, > 0 after, the reference unchanged."""
@@ -170,6 +173,7 @@ def test_lora_without_a_critic_with_the_kl_in_the_loss(tiny_model_path, tiny_ove
     fresh.logger.close()
 
 
+@pytest.mark.slow
 def test_lora_with_bf16_compute(tiny_model_path, tiny_overrides, tmp_path, one_thread):
     """model.dtype=bfloat16 with LoRA: the frozen base in bf16 (no float32 copy), the adapters and the value
     head float32 master weights with float32 AdamW state; the reference (adapters off, same autocast) gives
@@ -197,6 +201,7 @@ def test_lora_with_bf16_compute(tiny_model_path, tiny_overrides, tmp_path, one_t
     assert not any("lora_" in n for n, _ in merged.named_parameters())
 
 
+@pytest.mark.slow
 def test_no_peft_in_the_chapters_and_no_bitsandbytes_warning_from_it():
     """The chapters' imports never load peft; a LoRA run's import of it prints nothing (bitsandbytes logs a
     missing-kernel warning when peft imports it on some CPUs)."""

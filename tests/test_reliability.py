@@ -199,6 +199,7 @@ BAD_INPUTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tiny_model_path, tmp_path, capsys):
     if case == "cuda without a GPU" and torch.cuda.is_available():
@@ -213,6 +214,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tiny_model_path, 
     assert not out.exists()  # nothing half-written
 
 
+@pytest.mark.slow
 def test_cli_process_exit_code_and_single_stderr_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "ppo_core.train", "ppo.clip_epss=0.1", f"train.output_dir={tmp_path / 'r'}"],
@@ -225,6 +227,7 @@ def test_cli_process_exit_code_and_single_stderr_line(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_evaluate_process_exit_code_names_a_missing_checkpoint(tmp_path):
     """``python -m ppo_core.evaluate`` on a folder that is no checkpoint: exit code 2 and one stderr line."""
     missing = tmp_path / "no_such_run" / "final"
@@ -235,6 +238,7 @@ def test_evaluate_process_exit_code_names_a_missing_checkpoint(tmp_path):
     assert proc.stderr.strip().startswith("error:") and proc.stderr.strip().count("\n") == 0
 
 
+@pytest.mark.slow
 def test_fresh_run_into_an_old_run_is_refused_unless_overwrite(reference_run, tiny_model_path, tmp_path, capsys):
     before = (reference_run / "metrics.jsonl").read_text()
     assert main(_overrides(tiny_model_path, reference_run, 1)) == 2
@@ -255,17 +259,17 @@ def test_prompt_limit_is_fitted_to_the_model_context(tiny_model_path):
     lm = AutoModelForCausalLM.from_pretrained(tiny_model_path)  # context: 256 positions
     cfg = load_config("cpu", ["data.max_prompt_len=512", "rollout.max_new_tokens=24"])
     with pytest.warns(UserWarning, match="exceed the model's context of 256 tokens"):
-        fit_prompt_len(cfg, lm)
-    assert cfg.data.max_prompt_len == 256 - 24
+        fitted = fit_prompt_len(cfg, lm)
+    assert fitted.data.max_prompt_len == 256 - 24 and cfg.data.max_prompt_len == 512  # the checked one stays
     cfg = load_config("cpu", ["data.max_prompt_len=100", "rollout.max_new_tokens=24"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        fit_prompt_len(cfg, lm)  # fits: no warning, no change
-    assert cfg.data.max_prompt_len == 100
+        assert fit_prompt_len(cfg, lm) is cfg  # fits: no warning, no change
     with pytest.raises(ConfigError, match="no room for a prompt"):
         fit_prompt_len(load_config("cpu", ["rollout.max_new_tokens=256"]), lm)
 
 
+@pytest.mark.slow
 def test_long_prompts_are_cut_from_the_left_with_a_warning(tiny_model_path, tmp_path):
     tr = _trainer(tiny_model_path, tmp_path, "data.max_prompt_len=12")
     with pytest.warns(
@@ -320,6 +324,7 @@ def test_adamw8bit_falls_back_to_adamw_where_bitsandbytes_cannot_run(tiny_model_
     setup._bitsandbytes_error.cache_clear()
 
 
+@pytest.mark.slow
 def test_out_of_memory_is_one_line_naming_the_knobs(tiny_model_path, tmp_path, monkeypatch, capsys):
     def oom(self):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -344,6 +349,7 @@ def _params(tr) -> torch.Tensor:
     return torch.cat([p.detach().flatten().clone() for p in tr.actor.parameters()])
 
 
+@pytest.mark.slow
 def test_nan_loss_update_is_skipped_counted_and_logged_at_once(tiny_model_path, tmp_path, monkeypatch):
     """A NaN policy loss: its updates are skipped (parameters untouched), counted, and the line is on disk."""
     import ppo_core.update as update
@@ -373,6 +379,7 @@ def test_nan_loss_update_is_skipped_counted_and_logged_at_once(tiny_model_path, 
             tr.step()  # train.max_skipped_steps=2 all-skipped steps in a row: stop with a diagnosis
 
 
+@pytest.mark.slow
 def test_nan_gradient_update_is_skipped(tiny_model_path, tmp_path):
     tr = _trainer(tiny_model_path, tmp_path)
     hook = tr.actor.value_head.weight.register_hook(lambda g: g * float("nan"))  # finite losses, NaN gradient
@@ -384,6 +391,7 @@ def test_nan_gradient_update_is_skipped(tiny_model_path, tmp_path):
     assert torch.equal(_params(tr), before)
 
 
+@pytest.mark.slow
 def test_nan_gradients_stop_the_run_when_the_critic_has_extra_value_epochs(tiny_model_path, tmp_path):
     """ppo.value_epochs=3: 2 policy epochs then 1 critic-only epoch, 6 updates in all; a NaN gradient skips all 6,
     so the step counts towards train.max_skipped_steps like any step whose every update was skipped."""
@@ -395,6 +403,7 @@ def test_nan_gradients_stop_the_run_when_the_critic_has_extra_value_epochs(tiny_
     hook.remove()
 
 
+@pytest.mark.slow
 def test_nan_rollout_stops_before_the_update(tiny_model_path, tmp_path, monkeypatch):
     import ppo_core.trainer as trainer
 
@@ -413,6 +422,7 @@ def test_nan_rollout_stops_before_the_update(tiny_model_path, tmp_path, monkeypa
     assert torch.equal(_params(tr), before)
 
 
+@pytest.mark.slow
 def test_nan_parameters_stop_the_run_and_the_last_good_checkpoint_stays(tiny_model_path, tmp_path, monkeypatch, capsys):
     real = RunTrainer.update
 
@@ -433,6 +443,7 @@ def test_nan_parameters_stop_the_run_and_the_last_good_checkpoint_stays(tiny_mod
     assert [r["step"] for r in _step_lines(out)] == [1, 2]  # the bad step's line is logged for diagnosis
 
 
+@pytest.mark.slow
 def test_save_refuses_nonfinite_parameters(tiny_model_path, tmp_path):
     tr = _trainer(tiny_model_path, tmp_path)
     tr.actor.lm.get_input_embeddings().weight.data[3, 0] = float("inf")
@@ -444,6 +455,7 @@ def test_save_refuses_nonfinite_parameters(tiny_model_path, tmp_path):
 # ---- interruption and resume -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigint_and_sigterm_save_a_checkpoint_and_exit_cleanly(tiny_model_path, tmp_path):
     runs = {}
     for sig in (signal.SIGINT, signal.SIGTERM):  # both at once: two cores
@@ -474,6 +486,7 @@ def test_sigint_and_sigterm_save_a_checkpoint_and_exit_cleanly(tiny_model_path, 
     assert checkpoint_step(out / "final") == n + 1
 
 
+@pytest.mark.slow
 def test_kill_9_during_a_save_then_resume_matches_the_uninterrupted_run(reference_run, tiny_model_path, tmp_path):
     out = tmp_path / "run"
     proc, err = _spawn(_overrides(tiny_model_path, out), tmp_path, "killed", pause_save=("step_2", 120))
@@ -492,6 +505,7 @@ def test_kill_9_during_a_save_then_resume_matches_the_uninterrupted_run(referenc
     _assert_same_weights(out / "final", reference_run / "final")
 
 
+@pytest.mark.slow
 def test_resume_from_an_earlier_checkpoint_replays_the_same_steps(reference_run, tiny_model_path, tmp_path):
     """Resume from step_2 (the untrained model's value head is still 0 at step_1, so this one checks its restore)."""
     out = shutil.copytree(reference_run, tmp_path / "run")
@@ -505,6 +519,7 @@ def test_resume_from_an_earlier_checkpoint_replays_the_same_steps(reference_run,
     _assert_same_weights(out / "step_3", reference_run / "step_3")
 
 
+@pytest.mark.slow
 def test_resuming_a_finished_run_does_nothing(reference_run, tiny_model_path, tmp_path):
     out = shutil.copytree(reference_run, tmp_path / "run")
     before = (out / "metrics.jsonl").read_text()
@@ -512,6 +527,7 @@ def test_resuming_a_finished_run_does_nothing(reference_run, tiny_model_path, tm
     assert (out / "metrics.jsonl").read_text() == before
 
 
+@pytest.mark.slow
 def test_a_save_killed_between_its_two_renames_is_recovered(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     pid = int(dead.stdout)  # a process that has exited
@@ -527,6 +543,7 @@ def test_a_save_killed_between_its_two_renames_is_recovered(tmp_path):
 # ---- determinism and disk ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_metrics_files(reference_run, tiny_model_path, tmp_path):
     out = tmp_path / "again"
     assert main(_overrides(tiny_model_path, out)) == 0
@@ -536,6 +553,7 @@ def test_same_seed_gives_identical_metrics_files(reference_run, tiny_model_path,
     _assert_same_weights(out / "final", reference_run / "final")
 
 
+@pytest.mark.slow
 def test_keep_last_prunes_older_checkpoints(reference_run):
     assert sorted(p.name for p in reference_run.iterdir() if checkpoint_step(p) is not None) == [
         "final",
@@ -557,15 +575,15 @@ def test_prune_keeps_the_newest_steps_by_number_not_by_name(tmp_path):
 def test_resume_warns_about_another_seed_but_not_about_more_steps():
     """A resume that changes train.seed leaves the trajectory (prompts, sampling): it is named; train.steps,
     save_every and output_dir may change freely."""
-    from dataclasses import asdict
-
     from ppo_core.run.checkpoint import config_changes
+    from ppo_core.run.config import to_dict
 
-    saved = asdict(load_config("cpu"))
-    now = asdict(load_config("cpu", ["train.seed=1", "train.steps=80", "train.save_every=5", "train.output_dir=x"]))
+    saved = to_dict(load_config("cpu"))
+    now = to_dict(load_config("cpu", ["train.seed=1", "train.steps=80", "train.save_every=5", "train.output_dir=x"]))
     assert config_changes(saved, now) == ["train.seed (0 -> 1)"]
 
 
+@pytest.mark.slow
 def test_a_step_with_only_some_updates_skipped_does_not_count_towards_the_stop(tiny_model_path, tmp_path, monkeypatch):
     """train.max_skipped_steps counts steps whose *every* update was skipped: one NaN minibatch out of four is not."""
     import ppo_core.update as update
@@ -585,6 +603,7 @@ def test_a_step_with_only_some_updates_skipped_does_not_count_towards_the_stop(t
         assert [tr.step()["train/skipped"] for _ in range(2)] == [1.0, 1.0]  # no NonFiniteError
 
 
+@pytest.mark.slow
 def test_evaluate_scores_a_checkpoint_with_its_runs_own_config(reference_run):
     """``python -m ppo_core.evaluate RUN/final`` reads RUN/effective_config.yaml: the run's 8 held-out problems and
     its settings, so it repeats the run's own final evaluation."""

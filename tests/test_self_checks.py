@@ -1,4 +1,4 @@
-"""Every chapter ends its page with a self-check (issue 11, section 5): a "## Check your understanding"
+"""Every chapter ends its page with a self-check: a "## Check your understanding"
 section of 6-10 questions, each followed by its answer in a collapsed block that the book renders
 closed and Jupyter shows closed too.
 

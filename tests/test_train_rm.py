@@ -34,6 +34,7 @@ def steps(out):
     return [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_run_writes_hf_checkpoint(tmp_path, lm_dir, capsys):
     out = tmp_path / "rm"
     assert main(args(out, lm_dir, "train.steps=4", "train.save_every=2")) == 0
@@ -47,6 +48,7 @@ def test_run_writes_hf_checkpoint(tmp_path, lm_dir, capsys):
     assert scores.shape == (2,) and torch.isfinite(scores).all()
 
 
+@pytest.mark.slow
 def test_checkpoints_do_not_print_transformers_bars_into_the_runs_own(tmp_path, lm_dir, capfd):
     """With the progress bar on, the reward model's checkpoints are written without transformers' "Writing model
     shards" bars (tests/test_model.py checks the same for PPO's), and transformers' bars are on again after."""
@@ -64,6 +66,7 @@ def test_checkpoints_do_not_print_transformers_bars_into_the_runs_own(tmp_path, 
         hf_logging.enable_progress_bar()
 
 
+@pytest.mark.slow
 def test_resume_repeats_an_uninterrupted_run(tmp_path, lm_dir):
     assert main(args(tmp_path / "full", lm_dir, "train.steps=6")) == 0
     assert main(args(tmp_path / "cut", lm_dir, "train.steps=3")) == 0
@@ -84,6 +87,7 @@ BAD = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", BAD)
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path, lm_dir, capsys, case):
     (tmp_path / "bad.jsonl").write_text(FIXTURE.read_text().splitlines()[0] + "\n{oops\n")
@@ -98,6 +102,7 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, lm_dir, capsys, cas
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_refuses_to_mix_runs_and_keeps_the_old_one(tmp_path, lm_dir, capsys):
     out = tmp_path / "rm"
     assert main(args(out, lm_dir, "train.steps=2")) == 0
@@ -107,6 +112,7 @@ def test_refuses_to_mix_runs_and_keeps_the_old_one(tmp_path, lm_dir, capsys):
     assert (out / "final" / "model.safetensors").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_process_exit_code(tmp_path):
     cmd = [
         sys.executable,
@@ -120,6 +126,7 @@ def test_process_exit_code(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_synthetic_default_path(tmp_path, capsys):
     """The preset's own path: warm start (a few steps, its own cache), gold-labelled pairs, a small fresh trunk."""
     out = tmp_path / "rm"

@@ -1,4 +1,5 @@
-"""End-to-end: the CLI's happy path, the ratio check, the optimizers, the cuda preset.
+"""End-to-end: the CLI's happy path (run/cli.py, run/runner.py, run/loop.py), the ratio check, the optimizers,
+the cuda preset.
 
 Failure paths (bad input, NaN, signals, kill -9, resume, determinism, pruning) are in test_reliability.py.
 """

@@ -21,7 +21,6 @@ from ..logprobs import logprobs_from_logits, response_slice
 from ..losses import entropy_loss
 from ..masking import masked_whiten
 from ..model import ActorWithValueHead, position_ids_from_mask
-from ..objectives import compute_policy_loss
 from ..tasks.tiny import build_char_tokenizer, build_tiny_model
 from ..update import RatioCheckError
 from ._common import CheckFailure, NotImplementedYet, call, checker, expect_close
@@ -179,18 +178,15 @@ def _replaced(**functions):
             setattr(update, name, fn)
 
 
+_objective = update.policy_objective  # the package's own, for the mistaken versions to call
 _REPLACED = {
     "no_temperature_logprobs": dict(
         logprobs_from_logits=lambda logits, tokens, t: logprobs_from_logits(logits, tokens)
     ),
     "no_temperature_entropy": dict(entropy_loss=lambda logits, mask, t, **kw: entropy_loss(logits, mask, 1.0, **kw)),
     "arange_positions": dict(position_ids_from_mask=lambda attn: torch.arange(attn.shape[1]).expand_as(attn)),
-    "old_logprobs": dict(
-        compute_policy_loss=lambda name, lp, old, *a, **kw: compute_policy_loss(name, old, old, *a, **kw)
-    ),
-    "detached": dict(
-        compute_policy_loss=lambda name, lp, old, *a, **kw: compute_policy_loss(name, lp.detach(), old, *a, **kw)
-    ),
+    "old_logprobs": dict(policy_objective=lambda name, lp, old, *a, **kw: _objective(name, old, old, *a, **kw)),
+    "detached": dict(policy_objective=lambda name, lp, old, *a, **kw: _objective(name, lp.detach(), old, *a, **kw)),
 }
 """Mistakes inside the loss: one of the functions ``ppo_loss`` calls, replaced by the mistaken version."""
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..tasks import rewards
 from ..tasks.data import SYSTEM_PROMPT, build_prompt, gold_number
+from ..utils import dotted_get
 from .cells import Ctx, Gap, Same
 from .table import CRITIC_FIXED, OPENRLHF_FIXED, OPENRLHF_VERSION, ROWS, VERL_FIXED, VERL_VERSION
 
@@ -211,7 +212,4 @@ def export(cfg, target: str, out: Path, gpus: int = 1, source: str = "") -> Expo
 
 
 def cfg_value(cfg, dotted: str):
-    node = cfg
-    for part in dotted.split("."):
-        node = getattr(node, part)
-    return node
+    return dotted_get(cfg, dotted)

@@ -8,6 +8,9 @@ the engine already does what the run does).
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..advantages import ADV_ESTIMATORS
+from ..utils import dotted_get
+
 __all__ = ["Ctx", "Gap", "Same", "Cell", "Row", "key", "gap", "same", "custom"]
 
 
@@ -35,14 +38,11 @@ class Ctx:
     files: dict
 
     def get(self, dotted: str):
-        node = self.cfg
-        for part in dotted.split("."):
-            node = getattr(node, part)
-        return node
+        return dotted_get(self.cfg, dotted)
 
     @property
     def critic(self) -> bool:
-        return self.cfg.algo.adv_estimator == "gae"
+        return bool(ADV_ESTIMATORS.info(self.cfg.algo.adv_estimator, "critic"))
 
     @property
     def prompts_per_step(self) -> int:

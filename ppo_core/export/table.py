@@ -4,14 +4,19 @@ OpenRLHF 0.11 (flags of ``openrlhf.cli.train_ppo_ray``) and TRL; book/big_traine
 Checked against the engines' own schemas by tests/test_export.py; a config key missing here fails that test.
 """
 
+from ..advantages import ADV_ESTIMATORS
+from ..kl import KL_ESTIMATORS
+from ..objectives import POLICY_LOSSES
 from .cells import Gap, Row, Same, custom, gap, key, same
 
 __all__ = ["ROWS", "VERL_FIXED", "OPENRLHF_FIXED", "VERL_VERSION", "OPENRLHF_VERSION"]
 
 VERL_VERSION, OPENRLHF_VERSION = "0.9.1", "0.11.2"
 A, M, R = "actor_rollout_ref.actor.", "actor_rollout_ref.model.", "actor_rollout_ref.rollout."
-KL_NAMES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}  # veRL's names (its low_var_kl is k3 clamped to +-10)
-ORL_ESTIMATORS = {"gae": "gae", "rloo": "rloo", "reinforce_plus_plus": "reinforce"}
+# The engines' names, from each entry's registration (registry.py): veRL's KL estimators, OpenRLHF's others.
+KL_NAMES = {n: KL_ESTIMATORS.info(n, "verl") for n in KL_ESTIMATORS if KL_ESTIMATORS.info(n, "verl")}
+ORL_ESTIMATORS = {n: ADV_ESTIMATORS.info(n, "openrlhf") for n in ADV_ESTIMATORS if ADV_ESTIMATORS.info(n, "openrlhf")}
+ORL_POLICY_LOSSES = {n: POLICY_LOSSES.info(n, "openrlhf") for n in POLICY_LOSSES if POLICY_LOSSES.info(n, "openrlhf")}
 COURSE_ONLY = "a course setting with no counterpart"
 RATIO_CHECK = COURSE_ONLY + " (the ratio-is-1 check)"
 WARMSTART = "the tiny model's in-memory SFT stand-in; the engines start from an SFT checkpoint"
@@ -143,9 +148,9 @@ def _dual_clip(name, off):
 
 
 def _orl_policy_loss(ctx, value):
-    if value not in ("vanilla", "gspo"):
-        return Gap(f"OpenRLHF's policy losses are ppo and gspo, not {value}")
-    return {"--actor.policy_loss_type": "ppo" if value == "vanilla" else "gspo"}
+    if value not in ORL_POLICY_LOSSES:
+        return Gap(f"OpenRLHF's policy losses are {' and '.join(ORL_POLICY_LOSSES.values())}, not {value}")
+    return {"--actor.policy_loss_type": ORL_POLICY_LOSSES[value]}
 
 
 def _sapo_only(engine_key):
@@ -285,6 +290,8 @@ def _whiten(engine):
 def _orl_estimator(ctx, value):
     if value == "grpo":
         return {"--algo.advantage.estimator": "group_norm" if ctx.cfg.algo.norm_adv_by_std_in_grpo else "dr_grpo"}
+    if value not in ORL_ESTIMATORS:
+        return Gap(f"no OpenRLHF advantage estimator {value}")
     return {"--algo.advantage.estimator": ORL_ESTIMATORS[value]}
 
 

@@ -14,14 +14,14 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from ..advantages import ADV_ESTIMATORS
-from ..correction import IS_LEVELS, MODES, RS_LEVELS
+from ..correction import CORRECTION_LEVELS, MODES
 from ..kl import KL_ESTIMATORS
 from ..losses import LOSS_AGG_MODES
 from ..objectives import POLICY_LOSSES
 from ..precision import DTYPES
 from ..tasks.data import PROMPT_STYLES
 
-__all__ = ["Config", "load_config", "ConfigError", "PRESETS", "validate", "uses_critic"]
+__all__ = ["Config", "load_config", "ConfigError", "PRESETS", "validate", "uses_critic", "freeze", "derive", "to_dict"]
 
 PRESETS = ("cpu", "cuda", "cpu-grpo", "cpu-drgrpo", "cpu-rloo", "cpu-reinforcepp", "cpu-dapo", "cpu-gspo", "cpu-cispo")
 DEVICES = ("auto", "cpu", "cuda")
@@ -335,8 +335,10 @@ class Config:
 
 
 def uses_critic(cfg: Config) -> bool:
-    """Whether the run learns a value function: only GAE (PPO) needs one (``algo.adv_estimator``, chapter 07)."""
-    return cfg.algo.adv_estimator == "gae"
+    """Whether the run learns a value function: the estimators registered with ``critic=True`` (GAE, PPO's) need
+    one (``algo.adv_estimator``, chapter 07)."""
+    name = cfg.algo.adv_estimator
+    return name in ADV_ESTIMATORS and bool(ADV_ESTIMATORS.info(name, "critic"))
 
 
 class ConfigError(ValueError):
@@ -422,8 +424,10 @@ def _merge(base, other, what: str, override_key: str = ""):
 
 
 def load_config(preset: str = "cpu", overrides: list[str] | tuple = (), schema=None, presets=PRESETS, check=None):
-    """Preset (name or YAML path) + dotted ``key=value`` overrides -> a validated ``Config``.
+    """Preset (name or YAML path) + dotted ``key=value`` overrides -> a validated, read-only ``Config``.
 
+    The result is a typed OmegaConf node (``OmegaConf.get_type(cfg) is Config``) flagged read-only: assigning to
+    it raises, so what was checked is what runs; values a run derives from it make a new one (``derive``).
     The reward-model command loads its own ``schema`` (``run.rm.RMConfig``), ``presets`` and ``check`` the same way.
     """
     cfg = OmegaConf.structured(schema or Config)
@@ -443,7 +447,31 @@ def load_config(preset: str = "cpu", overrides: list[str] | tuple = (), schema=N
         cfg = _merge(cfg, dotlist, f"override {item!r}", item.split("=", 1)[0].strip())
     config = OmegaConf.to_object(cfg)
     (check or validate)(config)
-    return config
+    return freeze(config)
+
+
+def freeze(config):
+    """A read-only typed node of ``config`` (a dataclass or a node): assignment raises ``ReadonlyConfigError``."""
+    node = OmegaConf.structured(config)
+    OmegaConf.set_readonly(node, True)
+    return node
+
+
+def derive(cfg, values: dict):
+    """A new read-only config: ``cfg`` with ``values`` (dotted key -> value) that the run derives from it, such as
+    a prompt limit fitted to the model's context (``setup.fit_prompt_len``) or a rank's own log folder
+    (``distributed``). ``cfg`` itself does not change."""
+    node = OmegaConf.structured(cfg)  # a writable copy
+    OmegaConf.set_readonly(node, False)
+    for dotted, value in values.items():
+        OmegaConf.update(node, dotted, value, merge=False)
+    OmegaConf.set_readonly(node, True)
+    return node
+
+
+def to_dict(cfg) -> dict:
+    """The config as nested plain dicts (what ``dataclasses.asdict`` gives for the dataclasses)."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -547,7 +575,7 @@ def _validate_algo(c: Config) -> None:
     )
     _check(r.group_size >= 1, f"rollout.group_size must be >= 1, got {r.group_size}")
     _check(
-        a.adv_estimator not in ("grpo", "rloo") or r.group_size >= 2,
+        not ADV_ESTIMATORS.info(a.adv_estimator, "groups") or r.group_size >= 2,
         f"algo.adv_estimator={a.adv_estimator} compares samples of the same prompt: set rollout.group_size >= 2",
     )
     _check(
@@ -564,8 +592,8 @@ def _validate_correction(c: Config) -> None:
     _check(s.weight_noise >= 0, f"sampler.weight_noise must be >= 0, got {s.weight_noise}")
     _check(s.top_k >= 0 and 0 < s.top_p <= 1, "sampler.top_k must be >= 0 and sampler.top_p in (0, 1]")
     _one_of(k.mode, MODES, "correction.mode")
-    _one_of(k.is_level, (None, *IS_LEVELS), "correction.is_level")
-    _one_of(k.rs_level, (None, *RS_LEVELS), "correction.rs_level")
+    _one_of(k.is_level, (None, *CORRECTION_LEVELS.names(truncated=True)), "correction.is_level")
+    _one_of(k.rs_level, (None, *CORRECTION_LEVELS), "correction.rs_level")
     _check(k.is_threshold > 0 and k.rs_threshold > 0, "correction.is_threshold and rs_threshold must be > 0")
     _check(
         k.mode == "decoupled" or (k.is_level is None and k.rs_level is None),

@@ -47,8 +47,9 @@ import torch.distributed as dist
 from ..losses import loss_units
 from ..rollout import Rollout
 from ..update import ppo_loss
+from ..utils import stream_seed
 from . import resume
-from .config import ConfigError
+from .config import ConfigError, derive
 from .runner import RunTrainer
 from .setup import resolve_device
 
@@ -157,37 +158,12 @@ def attach(trainer) -> None:
     trainer.minibatch_update = functools.partial(_distributed_update, trainer.minibatch_update)
 
 
-def _pad_rollout(ro, prompt_len: int, response_len: int, pad_id: int):
-    """Left-pad the prompt part to ``prompt_len`` and right-pad the response part to ``response_len``."""
-    dp, dt = prompt_len - ro.prompt_len, response_len - ro.response_ids.shape[1]
-
-    def both(t, fill):  # (B, P + T)
-        left = torch.full((t.shape[0], dp), fill, dtype=t.dtype, device=t.device)
-        right = torch.full((t.shape[0], dt), fill, dtype=t.dtype, device=t.device)
-        return torch.cat([left, t, right], 1)
-
-    def resp(t, fill):  # (B, T) or (B, T, F)
-        return torch.cat([t, torch.full((t.shape[0], dt, *t.shape[2:]), fill, dtype=t.dtype, device=t.device)], 1)
-
-    return {
-        "input_ids": both(ro.input_ids, pad_id),
-        "attention_mask": both(ro.attention_mask, 0),
-        "response_ids": resp(ro.response_ids, pad_id),
-        "mask": resp(ro.mask, False),
-        "logprobs": resp(ro.logprobs, 0.0),
-        "values": resp(ro.values, 0.0) if ro.values is not None else None,  # None: no critic (chapter 07)
-        "ref_logprobs": resp(ro.ref_logprobs, 0.0),
-        "scores": ro.scores,
-        "behaviour_logprobs": resp(ro.behaviour_logprobs, 0.0) if ro.behaviour_logprobs is not None else None,
-    }
-
-
 def gather_rollout(ro, pad_id: int):
     """Every rank's scored rollout, concatenated in rank order, on every rank."""
     sizes = [None] * world_size()
     dist.all_gather_object(sizes, (ro.prompt_len, ro.response_ids.shape[1], ro.completions))
     P, T = max(s[0] for s in sizes), max(s[1] for s in sizes)
-    padded = _pad_rollout(ro, P, T, pad_id)
+    padded = ro.padded(P, T, pad_id)  # the same padding as Rollout.concat
     full = {}
     for key, t in padded.items():
         if t is None:
@@ -211,6 +187,20 @@ def check_world(cfg, n: int) -> None:
         raise ConfigError(f"rollout.batch_size={B} must be a multiple of {what}: set it to a multiple of {n * G}")
 
 
+def rank_settings(cfg, r: int, main_resume) -> dict:
+    """What rank ``r`` > 0 runs with instead (``config.derive``): logs in a private folder, no checkpoints of its
+    own, and rank 0's checkpoint ``main_resume`` (or none) to resume from."""
+    return {
+        "train.output_dir": str(Path(cfg.train.output_dir) / f".rank{r}"),
+        "train.resume": str(main_resume) if main_resume is not None else "",
+        "train.overwrite": True,
+        "train.save_every": 0,
+        "train.tensorboard": False,
+        "train.wandb": False,
+        "train.log_every": 0,
+    }
+
+
 class DistributedPPOTrainer(RunTrainer):
     """``RunTrainer`` for one of N ranks (see the module doc). Build it inside the process group."""
 
@@ -225,10 +215,7 @@ class DistributedPPOTrainer(RunTrainer):
             except ConfigError as err:  # rank 0 refuses the same way in RunTrainer.__init__
                 refused = err
             else:
-                cfg.train.output_dir = str(Path(cfg.train.output_dir) / f".rank{r}")
-                cfg.train.resume = str(main_resume) if main_resume is not None else ""
-                cfg.train.overwrite, cfg.train.save_every = True, 0
-                cfg.train.tensorboard, cfg.train.wandb, cfg.train.log_every = False, False, 0
+                cfg = derive(cfg, rank_settings(cfg, r, main_resume))
         dist.barrier()  # every rank > 0 has read which checkpoint to resume before rank 0 sets anything aside
         if refused is not None:
             raise refused
@@ -248,7 +235,7 @@ class DistributedPPOTrainer(RunTrainer):
 
     def collect(self, records):
         n, b = world_size(), len(records)
-        seed = (self.cfg.train.seed * 1_000_003 + (self.step_count + 1) * 1_009 + rank()) % 2**63
+        seed = stream_seed(self.cfg.train.seed, "rank_sampling", self.step_count + 1, rank())
         torch.manual_seed(seed)  # this rank's sampling stream: a pure function of (seed, step, rank)
         local = records[rank() * b // n : (rank() + 1) * b // n]
         ro = gather_rollout(super().collect(local), self.tokenizer.pad_token_id)

@@ -66,7 +66,7 @@ def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> 
     else:
         lm = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype).to(device)
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
-    fit_prompt_len(cfg, lm)
+    cfg = fit_prompt_len(cfg, lm)
     return {
         "sampled_accuracy": accuracy(lm, tokenizer, test, cfg, greedy=False, correct_fn=correct_fn),
         "greedy_accuracy": accuracy(lm, tokenizer, test, cfg, greedy=True, correct_fn=correct_fn),

@@ -9,19 +9,19 @@ stops at once (``checkpoint.StopOnSignal``). ``RunTrainer.train()`` calls ``trai
 
 import json
 import signal
+from dataclasses import dataclass
+from pathlib import Path
 
 import matplotlib.pyplot as plt
-import torch
 from tqdm.auto import tqdm
 
-from ..rollout import stop_token_ids
 from ..tasks.rewards import accuracy
 from . import guards
 from .checkpoint import StopOnSignal, checkpoint_step
 from .metrics import last_mean, plot_dashboard, read_metrics
 from .resume import save_checkpoint
 
-__all__ = ["train", "record_step", "total_steps"]
+__all__ = ["train", "record_step", "step_metrics", "RunSide", "total_steps"]
 
 
 def total_steps(cfg) -> int:
@@ -105,30 +105,45 @@ def _interrupted(trainer, signum: int) -> dict:
     }
 
 
-def record_step(trainer, metrics: dict) -> dict:
-    """The run's side of a finished step: rollout metrics, the logs, the guards. Returns all metrics.
+def step_metrics(metrics: dict, records: list, ro, correct_fn, stop_ids, reward_metrics: dict) -> dict:
+    """A finished step's metrics with the rollout's: the correct rate (``correct_fn``), the EOS rate (``stop_ids``)
+    and, with a learned reward, ``reward_metrics``, in the order the logs show them."""
+    return {
+        "rollout/reward_mean": metrics.pop("rollout/reward_mean"),
+        "rollout/correct_rate": accuracy(ro.completions, records, correct_fn),
+        **reward_metrics,  # learned reward: rule and gold beside it
+        "rollout/response_length": metrics.pop("rollout/response_length"),
+        "rollout/eos_rate": ro.ended_with_eos(stop_ids).float().mean().item(),  # ended on any of the model's EOS ids
+        **metrics,
+    }
+
+
+def record_step(n: int, metrics: dict, records: list, ro, last_step, run) -> dict:
+    """The run's side of finished step ``n``: the logs and the guards. ``records``, ``ro``: the step's batch;
+    ``last_step``: its ``StepRecord``; ``run``: the ``RunSide`` it writes to. Returns ``metrics``.
 
     The metrics line is flushed at once (a crash loses at most the next step), and logged before the
     guards run, so a step that stops the run is still on disk for diagnosis.
     """
-    n, tok, (records, ro) = trainer.step_count, trainer.tokenizer, trainer.batch
-    for where, stats in trainer.last_step.skipped:  # each skipped update warns, naming the culprit
-        trainer.skips.skipped(stats, where)
-    stops = torch.tensor(stop_token_ids(trainer.actor.lm, tok), device=ro.response_ids.device)
-    eos = (torch.isin(ro.response_ids, stops) & ro.mask).any(1)  # ended on any of the model's EOS ids
-    metrics = {
-        "rollout/reward_mean": metrics.pop("rollout/reward_mean"),
-        "rollout/correct_rate": accuracy(ro.completions, records, trainer.correct_fn),
-        **trainer.reward_model_metrics(records, ro.completions),  # learned reward: rule and gold beside it
-        "rollout/response_length": metrics.pop("rollout/response_length"),
-        "rollout/eos_rate": eos.float().mean().item(),
-        **metrics,
-    }
-    if trainer.cfg.train.log_every and n % trainer.cfg.train.log_every == 0:
+    for where, stats in last_step.skipped:  # each skipped update warns, naming the culprit
+        run.skips.skipped(stats, where)
+    if run.log_every and n % run.log_every == 0:
         questions = [r["question"] for r in records]
-        trainer.logger.log_samples(n, questions, ro.completions, ro.scores.tolist())
-    trainer.logger.log(n, metrics)
-    guards.check_parameters(trainer.actor, n, trainer.out)
-    all_skipped = metrics["train/skipped"] == trainer.last_step.updates  # the critic's extra passes too
-    trainer.skips.end_step(all_skipped, n, trainer.out)
+        run.logger.log_samples(n, questions, ro.completions, ro.scores.tolist())
+    run.logger.log(n, metrics)
+    guards.check_parameters(run.actor, n, run.out)
+    all_skipped = metrics["train/skipped"] == last_step.updates  # the critic's extra passes too
+    run.skips.end_step(all_skipped, n, run.out)
     return metrics
+
+
+@dataclass(frozen=True)
+class RunSide:
+    """Where a run's steps are recorded: its logger, its skipped-update guard, the weights the parameter guard
+    reads, its folder and ``train.log_every``."""
+
+    logger: object
+    skips: object
+    actor: object
+    out: Path
+    log_every: int

@@ -13,7 +13,6 @@ import random
 import shutil
 import time
 import warnings
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +30,7 @@ from .checkpoint import (
     prune,
     write_atomically,
 )
-from .config import ConfigError
+from .config import ConfigError, to_dict
 from .guards import NonFiniteError, nonfinite_parameters
 from .manifest import MANIFEST, damage
 from .metrics import MetricsLogger, last_logged_step
@@ -94,7 +93,7 @@ def open_run(trainer, resume: Path | None) -> MetricsLogger:
         load_checkpoint(trainer, resume)
         set_aside_after(out, trainer.step_count, resume)
     OmegaConf.save(OmegaConf.structured(cfg), out / "effective_config.yaml")
-    wandb_cfg = {"project": cfg.train.wandb_project, "config": asdict(cfg)} if cfg.train.wandb else None
+    wandb_cfg = {"project": cfg.train.wandb_project, "config": to_dict(cfg)} if cfg.train.wandb else None
     logger = MetricsLogger(out, cfg.train.tensorboard, wandb_cfg)
     if resume is not None:
         logger.truncate_after(trainer.step_count)  # lines logged after the checkpoint are redone
@@ -118,7 +117,7 @@ def save_checkpoint(trainer, name: str) -> Path:
         "numpy_rng": np.random.get_state(),
         "python_rng": random.getstate(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-        "config": asdict(trainer.cfg),
+        "config": to_dict(trainer.cfg),
     }
 
     def write(tmp: Path) -> None:
@@ -142,7 +141,7 @@ def load_checkpoint(trainer, path) -> None:
             f"{path} is not a complete checkpoint (no {STATE_FILE}); pass a step_N folder or train.resume=auto"
         )
     state = torch.load(path / STATE_FILE, weights_only=False)
-    changed = config_changes(state.get("config"), asdict(trainer.cfg))
+    changed = config_changes(state.get("config"), to_dict(trainer.cfg))
     if changed:
         warnings.warn(
             f"resuming {path} with settings that differ from its run ({'; '.join(changed)}): "

@@ -18,7 +18,7 @@ import os
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -33,7 +33,7 @@ from ..tasks.tiny import build_tiny_model, load_tiny
 from ..tasks.warmstart import generate_completions, warm_start_from
 from ..utils import no_transformers_bars
 from .checkpoint import STATE_FILE, CheckpointWriteError, clear_run, recover_interrupted_saves, write_atomically
-from .config import ConfigError, WarmStartConfig, load_config
+from .config import ConfigError, WarmStartConfig, load_config, to_dict
 from .resume import resume_path
 
 __all__ = [
@@ -249,7 +249,7 @@ def _save(out: Path, name: str, rm, optimizer, step: int, cfg: RMConfig, extra: 
         with no_transformers_bars():  # they would break the run's own bar at every checkpoint
             rm.save_pretrained(tmp)
         (tmp / "trainer_state.json").write_text(
-            json.dumps({"step": step, "config": asdict(cfg), **(extra or {})}) + "\n"
+            json.dumps({"step": step, "config": to_dict(cfg), **(extra or {})}) + "\n"
         )
         torch.save({"optimizer": optimizer.state_dict(), "step": step}, tmp / STATE_FILE)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from .. import fastpaths
+from ..rollout import stop_token_ids
 from ..sampler import Sampler
 from ..tasks.data import build_prompt
 from ..tasks.preferences import gold_reward
@@ -48,7 +49,7 @@ class RunTrainer(PPOTrainer):
         train_records, self.test_records, self.reward_fn, self.correct_fn = load_task(cfg)
         self.reward_model = load_reward_model(cfg, self.device)  # reward.type=model (chapter 06); None: the rule
         actor, ref, tokenizer, self.init_path = load_models(cfg, self.device)
-        fit_prompt_len(cfg, actor.lm)
+        cfg = fit_prompt_len(cfg, actor.lm)  # a new config if the prompt limit had to be lowered
         if cfg.train.fast_paths:  # same numbers up to float rounding, less work (fastpaths.py)
             fastpaths.enable(actor)
         optimizer, kl_ctl = build_optimizer(actor, cfg.ppo), build_kl_controller(cfg.ppo)
@@ -98,7 +99,13 @@ class RunTrainer(PPOTrainer):
         Raises ``NonFiniteError`` on a NaN rollout or parameter, or after ``train.max_skipped_steps``
         all-skipped steps.
         """
-        return loop.record_step(self, super().step())
+        metrics = super().step()
+        records, ro = self.batch
+        stop_ids = stop_token_ids(self.actor.lm, self.tokenizer)
+        reward_metrics = self.reward_model_metrics(records, ro.completions)
+        metrics = loop.step_metrics(metrics, records, ro, self.correct_fn, stop_ids, reward_metrics)
+        side = loop.RunSide(self.logger, self.skips, self.actor, self.out, self.cfg.train.log_every)
+        return loop.record_step(self.step_count, metrics, records, ro, self.last_step, side)
 
     def reward_model_metrics(self, records: list[dict], completions: list[str]) -> dict:
         """With a learned reward: the rule's score and (synthetic task) the gold reward of the same responses."""

@@ -26,7 +26,7 @@ from ..tasks.synthetic import make_synthetic_task
 from ..tasks.warmstart import warm_start, warm_start_from
 from ..update import policy_and_critic
 from ..utils import hub_offline, hub_unreachable
-from .config import DEVICES, OPTIMIZERS, TASKS, Config, ConfigError, uses_critic
+from .config import DEVICES, OPTIMIZERS, TASKS, Config, ConfigError, derive, uses_critic
 from .lora import apply_lora
 from .manifest import MANIFEST, damage
 
@@ -154,15 +154,16 @@ def model_context(lm) -> int | None:
     return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
 
 
-def fit_prompt_len(cfg: Config, lm) -> None:
-    """Make prompt + response fit the model's context: lower ``data.max_prompt_len`` (with a warning) if needed.
+def fit_prompt_len(cfg: Config, lm) -> Config:
+    """Make prompt + response fit the model's context: the config with ``data.max_prompt_len`` lowered (with a
+    warning) if needed, a new one (``config.derive``); ``cfg`` itself if it fits.
 
     Prompts longer than ``data.max_prompt_len`` are then cut from the left at sampling time, with a
     warning (``rollout.tokenize_prompts``). A response limit that leaves no room for a prompt is refused.
     """
     context, T = model_context(lm), cfg.rollout.max_new_tokens
     if context is None or cfg.data.max_prompt_len + T <= context:
-        return
+        return cfg
     if T >= context:
         raise ConfigError(
             f"rollout.max_new_tokens={T} leaves no room for a prompt in the model's context of {context} tokens; "
@@ -173,7 +174,7 @@ def fit_prompt_len(cfg: Config, lm) -> None:
         f"{context} tokens: prompts will be cut to their last {context - T} tokens",
         stacklevel=2,
     )
-    cfg.data.max_prompt_len = context - T
+    return derive(cfg, {"data.max_prompt_len": context - T})
 
 
 @functools.lru_cache(maxsize=4)

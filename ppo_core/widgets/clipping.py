@@ -17,7 +17,7 @@ import io
 import torch
 from matplotlib.figure import Figure
 
-from ..objectives import compute_policy_loss
+from ..objectives import POLICY_LOSSES, compute_policy_loss
 from ._fallback import display_with_fallback, frames_html
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "clip_widget",
     "EPS_VALUES",
     "OBJECTIVES",
+    "objective_choices",
     "objective_curves",
     "objectives_figure",
     "objectives_fallback_html",
@@ -173,11 +174,17 @@ OBJECTIVES = {  # label -> (objectives.compute_policy_loss name, its switches)
 """The switches the chapter 08 figure compares (veRL's semantics, ``objectives.POLICY_LOSSES``)."""
 
 
+def objective_choices() -> dict:
+    """``OBJECTIVES``, and every other objective registered in ``POLICY_LOSSES`` under its name, with its defaults."""
+    shown = {name for name, _ in OBJECTIVES.values()}
+    return {**OBJECTIVES, **{name: (name, {}) for name in POLICY_LOSSES if name not in shown}}
+
+
 def objective_curves(label: str, advantage: float, ratio) -> tuple[torch.Tensor, torch.Tensor]:
     """(objective, gradient) of one token against the ratio, from ``objectives.compute_policy_loss`` itself:
     the objective is -loss (for CISPO, whose loss is no function of r, A plus the integral of its gradient from r = 1),
     the gradient is -d loss / d log pi_theta, the weight on grad log pi_theta."""
-    name, switches = OBJECTIVES[label]
+    name, switches = objective_choices()[label]
     ratio = torch.as_tensor(ratio, dtype=torch.float64)
     old = torch.full((ratio.numel(), 1), -1.0, dtype=torch.float64)
     logprobs = (old + ratio.log().reshape(-1, 1)).requires_grad_(True)
@@ -224,7 +231,7 @@ def objectives_fallback_html(dpi: int = 66) -> str:
     """The kernel-free version: one precomputed PNG per objective and a JavaScript slider."""
     return frames_html(
         lambda objective: _png(objectives_figure(objective), dpi=dpi),
-        {"objective": list(OBJECTIVES)},
+        {"objective": list(objective_choices())},
         title="Objective and gradient against the ratio (drag to change the objective)",
     )
 
@@ -235,7 +242,7 @@ def objectives_widget(show: bool = True, label: str = "PPO (clip 0.2)"):
     import ipywidgets as widgets
     from IPython.display import display
 
-    choice = widgets.Dropdown(options=list(OBJECTIVES), value=label, description="objective")
+    choice = widgets.Dropdown(options=list(objective_choices()), value=label, description="objective")
     out = widgets.interactive_output(lambda objective: display(objectives_figure(objective)), {"objective": choice})
     box = widgets.VBox([choice, out])
     if not show:

@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BUGS = [
     ("a: advantage whitening skipped", "ppo_core/trainer.py", [
         ("advantages = masked_whiten(advantages, ro.mask)", "pass"),
-        ("masked_whiten(advantages_raw, ro.mask) if p.whiten_advantages else advantages_raw", "advantages_raw")]),
+        ("masked_whiten(advantages_raw, ro.mask) if p.whiten_advantages else advantages_raw", "advantages_raw"),
+        ("masked_whiten(advantages_raw, ro.mask) if whiten else advantages_raw", "advantages_raw")]),
     ("b: adaptive KL controller lowers kl_coef above target", "ppo_core/kl.py", [
         ("error = min(max(kl / self.target - 1.0, -0.2), 0.2)",
          "error = min(max(1.0 - kl / self.target, -0.2), 0.2)")]),
@@ -43,6 +44,10 @@ BUGS = [
          "            returns = torch.where(ro.mask, advantages + ro.values, torch.zeros_like(returns))"),
         ("masked_whiten(advantages_raw, ro.mask) if p.whiten_advantages else advantages_raw",
          "masked_whiten(advantages_raw, ro.mask) if p.whiten_advantages else advantages_raw\n"
+         "            returns = torch.where(ro.mask, advantages + ro.values, torch.zeros_like(returns))"),
+        ("masked_whiten(advantages_raw, ro.mask) if whiten else advantages_raw",
+         "masked_whiten(advantages_raw, ro.mask) if whiten else advantages_raw\n"
+         "        if self.critic:\n"
          "            returns = torch.where(ro.mask, advantages + ro.values, torch.zeros_like(returns))")]),
     ("d: the same permutation every epoch", "ppo_core/trainer.py", [
         ("generator=self.shuffle_gen)", "generator=self.shuffle_gen.clone_state())"),
@@ -55,9 +60,9 @@ BUGS = [
         ("rewards[rows, last[rows]] += scores[rows]", "rewards[rows, mask.int().argmax(1)[rows]] += scores[rows]")]),
     ("g: gradient accumulation: each micro-batch divided by its own token count", "ppo_core/update.py", [
         ('part["units"] = units', 'part.pop("units", None)')]),
-    ("h: critic targets computed with the policy's lambda (ppo.lam_value ignored)", "ppo_core/trainer.py", [
-        ("_, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam_value)",
-         "_, returns = compute_gae(rewards, ro.values, ro.mask, p.gamma, p.lam)")]),
+    ("h: critic targets computed with the policy's lambda (ppo.lam_value ignored)", "ppo_core/gae.py", [
+        ("_, returns = compute_gae(rewards, values, mask, opts.gamma, opts.lam_value)",
+         "_, returns = compute_gae(rewards, values, mask, opts.gamma, opts.lam)")]),
     ("i: the value head's group at ppo.lr (ppo.value_lr ignored)", "ppo_core/run/setup.py", [
         ('"lr": ppo.value_lr}', '"lr": ppo.lr}')]),
     ("j: a value warm-up step updates the KL controller", "ppo_core/trainer.py", [

@@ -1,6 +1,6 @@
 """Peak memory of the token logprobs and the entropy on a real vocabulary, all rows at once against the package's
 chunks: each form measured in a process of its own (Linux: /proc/self). Used by tests/test_logprobs.py and by
-``benchmarks/memory.py --logprobs``."""
+``benchmarks/memory.py --logprobs`` (here, in tools/, so that no benchmark imports from tests/)."""
 
 import gc
 import multiprocessing
