@@ -24,8 +24,7 @@ __all__ = ["solution", "solution_body", "filled_copy", "run_filled_copy", "KNOWN
 
 ROOT = Path(__file__).resolve().parents[2]
 
-KNOWN_BREAKS = {
-}
+KNOWN_BREAKS = {}
 """Chapter -> (cell id, why): learner copies that stop at a cell after their exercises although every checker passed.
 Each is a known defect of the chapter, expected to fail there (xfail, strict): once the chapter is fixed the run
 passes, the strict xfail fails, and the entry goes."""
@@ -81,7 +80,7 @@ def filled_copy(chapter: str, root: Path = ROOT) -> dict:
 
 
 def _current_env_kernel():
-    """A kernel manager for this process's Python (as nbval's --nbval-current-env): the worktree's package and
+    """A kernel manager for this process's Python (as nbval's --nbval-current-env): the checkout's package and
     environment variables (PYTHONPATH, PPO_NOTEBOOK_QUICK, ...) reach the kernel."""
     import ipykernel.kernelspec
     from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
