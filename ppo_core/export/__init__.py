@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..tasks import rewards
 from ..tasks.data import SYSTEM_PROMPT, build_prompt, gold_number
+from ..tasks.smollm import is_smollm, smollm_folder
 from .cells import Ctx, Gap, Same
 from .table import CRITIC_FIXED, OPENRLHF_FIXED, OPENRLHF_VERSION, ROWS, VERL_FIXED, VERL_VERSION
 
@@ -119,6 +120,8 @@ def write_data(cfg, target: str, out: Path, train: list[dict], test: list[dict])
 def settings_for(cfg, target: str, files: dict, n_train: int, gpus: int = 1) -> Export:
     """Walk the table for one run: the engine settings, with every key that has none listed with its reason."""
     model = None if cfg.model.name_or_path == "tiny" else cfg.model.name_or_path
+    if is_smollm(cfg.model.name_or_path):  # the folder built from the GGUF file: the engines read it as any folder
+        model = str(smollm_folder(cfg.warmstart.cache_dir)[0])
     ctx = Ctx(cfg, model, n_train, files)
     result = Export(target, files=dict(files))
     fixed = dict(VERL_FIXED if target == "verl" else OPENRLHF_FIXED)

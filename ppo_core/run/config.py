@@ -23,7 +23,8 @@ from ..tasks.data import PROMPT_STYLES
 
 __all__ = ["Config", "load_config", "ConfigError", "PRESETS", "validate", "uses_critic"]
 
-PRESETS = ("cpu", "cuda", "cpu-grpo", "cpu-drgrpo", "cpu-rloo", "cpu-reinforcepp", "cpu-dapo", "cpu-gspo", "cpu-cispo")
+PRESETS = ("cpu", "cuda", "cpu-grpo", "cpu-drgrpo", "cpu-rloo", "cpu-reinforcepp", "cpu-dapo", "cpu-gspo", "cpu-cispo",
+           "cpu-smollm")  # fmt: skip
 DEVICES = ("auto", "cpu", "cuda")
 TASKS = ("synthetic", "long_synthetic", "gsm8k")
 OPTIMIZERS = ("adamw", "adamw8bit")
