@@ -81,7 +81,7 @@ def test_the_run_uses_the_vocabulary_as_shipped(trainer):
     lm, tok = trainer.actor.lm, trainer.tokenizer
     assert lm.get_input_embeddings().num_embeddings == len(tok) == 49152
     assert tok.pad_token_id == 0 and stop_token_ids(lm, tok) == [2, 0]
-    assert trainer.cfg.rollout.temperature == 0.7 and trainer.cfg.model.lora.r > 0
+    assert trainer.cfg.rollout.temperature == 0.5 and trainer.cfg.model.lora.r > 0
 
 
 def test_first_ratio_is_one_and_the_reference_is_the_adapters_off_policy(trainer, folder):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..tasks import rewards
-from ..tasks.data import SYSTEM_PROMPT, build_prompt, gold_number
+from ..tasks.data import build_prompt, chat_messages, gold_number
 from ..tasks.smollm import is_smollm, smollm_folder
 from .cells import Ctx, Gap, Same
 from .table import CRITIC_FIXED, OPENRLHF_FIXED, OPENRLHF_VERSION, ROWS, VERL_FIXED, VERL_VERSION
@@ -64,8 +64,7 @@ def records_for(cfg) -> tuple[list[dict], list[dict]]:
 
 
 def _messages(cfg, question: str) -> list[dict]:
-    user = {"role": "user", "content": question}
-    return [{"role": "system", "content": SYSTEM_PROMPT}, user] if cfg.data.prompt_style == "chat" else [user]
+    return chat_messages(question) if cfg.data.prompt_style == "chat" else [{"role": "user", "content": question}]
 
 
 def _verl_rows(cfg, records: list[dict], split: str) -> list[dict]:
