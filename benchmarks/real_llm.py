@@ -101,7 +101,28 @@ def child(seed: int, overrides: list[str], out: Path, gsm8k: int) -> None:
         ],
         "gsm8k": gsm,
     }
+    row.update(update_rate(tr, steps))
     (out / "row.json").write_text(json.dumps(row))
+
+
+def update_rate(tr, steps: list[dict]) -> dict:
+    """The update's arithmetic rate against a large float32 matmul on the same threads (``tools/flops.py``).
+
+    A LoRA update's backward computes the activations' gradients through every layer but no gradient of a
+    frozen weight: about one forward's work, so an update counts 2 forwards per epoch (full fine-tuning: 3).
+    """
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tools.flops import forward_flops, matmul_rate
+
+    cfg = tr.cfg
+    prompts = tr.prompts(tr.train_records[: cfg.rollout.batch_size])
+    P = max(len(tr.tokenizer(p)["input_ids"]) for p in prompts)  # left-padded to the longest prompt
+    per_step = []
+    for r in steps:
+        T = round(r["rollout/response_length"])
+        flops = 2 * cfg.ppo.ppo_epochs * forward_flops(tr.actor.lm.config, cfg.rollout.batch_size, P + T, T)
+        per_step.append(flops / r["time/update"] / 1e9)
+    return {"prompt_tokens": P, "update_gflops": per_step, "matmul_gflops": matmul_rate() / 1e9}
 
 
 def gsm8k_eval(tr, n: int) -> dict | None:

