@@ -40,6 +40,7 @@ SLOW = (
     "tests/test_algos.py",
     "tests/test_long_synthetic.py",
     "tests/test_cuda_preset.py",
+    "tests/test_smollm.py",
 )
 """The end-to-end tier (``-m slow``): notebooks, the book in Chromium, and the files whose tests run whole runs,
 warm starts or several processes. ``pytest -m "not slow"`` is the unit tier."""
@@ -50,6 +51,8 @@ LONGEST_FIRST = (
     "chapters/05_full_loop.ipynb",
     "tests/test_distributed.py",
     "chapters/08_reasoning_objectives.ipynb",
+    "tests/test_smollm.py",
+    "chapters/10_real_llm.ipynb",
 )
 """The files that take longest, started first under pytest-xdist; the other slow-tier files follow, then the rest."""
 

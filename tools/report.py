@@ -238,9 +238,14 @@ def real_llm_phases(name: str) -> str:
         m = {k: sum(s[k] for s in steps) / len(steps) for k in ("time/rollout", "time/score", "time/update")}
         tokens = sum(s["rollout/response_length"] for s in steps) / len(steps) * r.get("batch_size", 0)
         rate = f"{tokens / m['time/rollout']:.0f}" if tokens else "n/a"
+        flops = r.get("update_gflops") or []
+        update = f"{sum(flops) / len(flops):.0f}" if flops else "not recorded"
+        matmul = f"{r['matmul_gflops']:.0f}" if "matmul_gflops" in r else "not recorded"
         rows.append([r["seed"], len(steps), f"{m['time/rollout']:.1f}", f"{m['time/score']:.1f}",
-                     f"{m['time/update']:.1f}", rate])  # fmt: skip
-    return table(["seed", "steps", "generate s", "score s", "update s", "generated tokens/s"], rows)
+                     f"{m['time/update']:.1f}", rate, update, matmul])  # fmt: skip
+    header = ["seed", "steps", "generate s", "score s", "update s", "generated tokens/s", "update GFLOP/s",
+              "float32 matmul GFLOP/s"]  # fmt: skip
+    return table(header, rows)
 
 
 def real_llm_gsm8k(name: str) -> str:
