@@ -34,31 +34,37 @@ def test_right_answers_pass():
     assert checks.check_reference_logprobs(by_hand, verbose=False)
 
 
+def adapters_left_on(pm, ids, attn, response, keep, temperature):
+    return package_way(pm, ids, attn, response, keep, temperature, adapters_off=False)
+
+
+def one_position_late(pm, ids, attn, response, keep, temperature):
+    return package_way(pm, ids, attn, response, keep, temperature, late=1)
+
+
+def no_temperature(pm, ids, attn, response, keep, temperature):
+    return package_way(pm, ids, attn, response, keep, 1.0)
+
+
+def with_graph(pm, ids, attn, response, keep, temperature):
+    return package_way(pm, ids, attn, response, keep, temperature).requires_grad_()
+
+
+def switched_off_for_good(pm, ids, attn, response, keep, temperature):
+    pm.base_model.disable_adapter_layers()  # off for good: the policy is gone too
+    return package_way(pm, ids, attn, response, keep, temperature)
+
+
 @pytest.mark.parametrize(
-    "kwargs, named",
+    "wrong, named",
     [
-        (dict(adapters_off=False), "left the adapters on"),
-        (dict(late=1), "one position late"),
+        (adapters_left_on, "left the adapters on"),
+        (one_position_late, "one position late"),
+        (no_temperature, "forgot the temperature"),
+        (with_graph, "gradient graph"),
+        (switched_off_for_good, "adapters are off for good"),
     ],
 )
-def test_mistakes_are_named(kwargs, named):
+def test_reference_logprobs_names_the_mistake(wrong, named):
     with pytest.raises(CheckFailure, match=named):
-        checks.check_reference_logprobs(lambda *a: package_way(*a, **kwargs), verbose=False)
-
-
-def test_forgotten_temperature_and_kept_graph_and_adapters_left_off_are_named():
-    with pytest.raises(CheckFailure, match="forgot the temperature"):
-        checks.check_reference_logprobs(lambda pm, i, a, r, k, t: package_way(pm, i, a, r, k, 1.0), verbose=False)
-
-    def with_graph(pm, ids, attn, response, keep, temperature):
-        return package_way(pm, ids, attn, response, keep, temperature).requires_grad_()
-
-    with pytest.raises(CheckFailure, match="gradient graph"):
-        checks.check_reference_logprobs(with_graph, verbose=False)
-
-    def switched_off(pm, ids, attn, response, keep, temperature):
-        pm.base_model.disable_adapter_layers()  # off for good: the policy is gone too
-        return package_way(pm, ids, attn, response, keep, temperature)
-
-    with pytest.raises(CheckFailure, match="adapters are off for good"):
-        checks.check_reference_logprobs(switched_off, verbose=False)
+        checks.check_reference_logprobs(wrong, verbose=False)
