@@ -32,6 +32,7 @@ SLOW = (
     "tests/test_exercises.py",
     "tests/test_long_synthetic.py",
     "tests/test_cuda_preset.py",
+    "tests/test_smollm.py",
 )
 """The end-to-end tier (``-m slow``) by file: notebooks, the book in Chromium, the learner copies' harness and the
 two files whose every test warm-starts a model or needs the cuda preset's packages. Elsewhere a test that runs the
@@ -44,6 +45,8 @@ LONGEST_FIRST = (
     "chapters/05_full_loop.ipynb",
     "tests/test_distributed.py",
     "chapters/08_reasoning_objectives.ipynb",
+    "tests/test_smollm.py",
+    "chapters/10_real_llm.ipynb",
     "exercises/06_reward_models.ipynb",  # learner copies run whole with the second solutions (exercises/conftest.py)
     "exercises/08_reasoning_objectives.ipynb",
     "exercises/05_full_loop.ipynb",

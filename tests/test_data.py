@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ppo_core.tasks.data import SYSTEM_PROMPT, build_prompt, gold_number, load_gsm8k
+from ppo_core.tasks.data import ANSWER_FORMAT, SYSTEM_PROMPT, build_prompt, gold_number, load_gsm8k
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "gsm8k_tiny.jsonl"
 GSM8K_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k"
@@ -208,7 +208,7 @@ def chat_tokenizer():
 
 def test_chat_prompt_uses_the_template(chat_tokenizer):
     got = build_prompt("How many apples?", chat_tokenizer, style="chat")
-    assert got == f"<|system|>{SYSTEM_PROMPT}\n<|user|>How many apples?\n<|assistant|>"
+    assert got == f"<|system|>{SYSTEM_PROMPT}\n<|user|>How many apples?\n{ANSWER_FORMAT}\n<|assistant|>"
     assert "####" in SYSTEM_PROMPT
 
 

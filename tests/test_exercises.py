@@ -341,9 +341,9 @@ def test_progress_survives_a_damaged_or_unwritable_file(tmp_path, monkeypatch):
 
 def _mistake_tests():
     """{checker name: [(test, number of wrong variants)]} from the parametrized "names the mistake" tests
-    in tests/test_checks_ch0*.py, each of which asserts the mistake's description in the message."""
+    in tests/test_checks_ch*.py, each of which asserts the mistake's description in the message."""
     found: dict[str, list] = {}
-    for path in sorted(ROOT.glob("tests/test_checks_ch0*.py")):
+    for path in sorted(ROOT.glob("tests/test_checks_ch*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if not (isinstance(node, ast.FunctionDef) and "names_the_mistake" in node.name):
                 continue

@@ -194,6 +194,96 @@ def default_run(name: str) -> str:
     return table(header, rows) + "\n\n" + summary
 
 
+def _last(steps: list[dict], key: str, n: int = 5) -> float:
+    values = [r[key] for r in steps if key in r][-n:]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def real_llm(name: str) -> str:
+    """The real-model preset on several seeds (benchmarks/real_llm.py): both accuracies, the critic, KL, time."""
+    data = load(name)
+    t = data["targets"]
+    rows, met = [], {"gain": 0, "ev": 0, "time": 0}
+    for r in data["rows"]:
+        e, steps = r["eval"], r["steps"]
+        gain = 100 * (e["after_sampled"]["marker_acc"] - e["before_sampled"]["marker_acc"])
+        ev = _last(steps, "value/explained_variance")
+        met["gain"] += gain >= t["gain_points"]
+        met["ev"] += ev >= t["ev_last"]
+        met["time"] += r["train_s"] <= 60 * t["train_minutes"]
+        load_avg = ", ".join(f"{x:.1f}" for x in r["load_avg"]["before"])
+        rows.append([r["seed"], f"{e['before_sampled']['marker_acc']:.3f} → {e['after_sampled']['marker_acc']:.3f}",
+                     f"{gain:+.1f}",
+                     f"{e['before_sampled']['last_number_acc']:.3f} → {e['after_sampled']['last_number_acc']:.3f}",
+                     f"{e['before_sampled']['format_rate']:.2f} → {e['after_sampled']['format_rate']:.2f}",
+                     f"{e['before_greedy']['marker_acc']:.3f} → {e['after_greedy']['marker_acc']:.3f}",
+                     f"{ev:+.2f}", f"{_last(steps, 'kl/to_ref'):.2f}", f"{r['train_s']:.0f}", f"{r['wall_s']:.0f}",
+                     f"{r['peak_rss_gb']:.1f}", load_avg])  # fmt: skip
+    n = len(data["rows"])
+    header = ["seed", "sampled `####` acc.", "gain (points)", "sampled last-number acc.", "format rate",
+              "greedy `####` acc.", "EV, last 5 steps", "KL to ref, last 5", "train s", "wall s", "peak RSS GB",
+              "load (1, 5, 15 min)"]  # fmt: skip
+    summary = (
+        f"Held-out problems per evaluation: {data['rows'][0]['n_eval']}. Targets: a sampled gain of at least "
+        f"{t['gain_points']:+.0f} points (met on {met['gain']} of {n} seeds), within {t['train_minutes']:.0f} minutes "
+        f"of training (met on {met['time']} of {n}), and an explained variance of at least {t['ev_last']} over the "
+        f"last steps (met on {met['ev']} of {n})."
+    )
+    return table(header, rows) + "\n\n" + summary
+
+
+def real_llm_phases(name: str) -> str:
+    """Seconds per step by phase and tokens per second, means over each seed's steps."""
+    rows = []
+    for r in load(name)["rows"]:
+        steps = r["steps"]
+        m = {k: sum(s[k] for s in steps) / len(steps) for k in ("time/rollout", "time/score", "time/update")}
+        tokens = sum(s["rollout/response_length"] for s in steps) / len(steps) * r.get("batch_size", 0)
+        rate = f"{tokens / m['time/rollout']:.0f}" if tokens else "n/a"
+        flops = r.get("update_gflops") or []
+        update = f"{sum(flops) / len(flops):.0f}" if flops else "not recorded"
+        matmul = f"{r['matmul_gflops']:.0f}" if "matmul_gflops" in r else "not recorded"
+        rows.append([r["seed"], len(steps), f"{m['time/rollout']:.1f}", f"{m['time/score']:.1f}",
+                     f"{m['time/update']:.1f}", rate, update, matmul])  # fmt: skip
+    header = ["seed", "steps", "generate s", "score s", "update s", "generated tokens/s", "update GFLOP/s",
+              "float32 matmul GFLOP/s"]  # fmt: skip
+    return table(header, rows)
+
+
+def real_llm_gsm8k(name: str) -> str:
+    """The real GSM8K test problems, greedy, before and after training (first seed)."""
+    g = load(name)["rows"][0].get("gsm8k") or {}
+    if not g.get("before"):
+        return "Not measured in this file (`--gsm8k 0`, or no `../shared/data/gsm8k`)."
+    b, a = g["before"], g["after"]
+    rows = [[when, x["n"], f"{x['marker_acc']:.3f}", f"{x['last_number_acc']:.3f}", f"{x['format_rate']:.2f}"]
+            for when, x in (("before", b), ("after", a))]  # fmt: skip
+    return table(["", "problems", "`####` acc.", "last-number acc.", "format rate"], rows)
+
+
+def figure_real_llm(name: str, figures: dict) -> str:
+    """Per seed: the rollout's success rate, the critic's explained variance and the KL to the reference, by step."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    for r in load(name)["rows"]:
+        steps = r["steps"]
+        kw = dict(color=f"C{r['seed']}", label=f"seed {r['seed']}")
+        axes[0].plot([s["rollout/correct_rate"] for s in steps], **kw)
+        axes[1].plot([s.get("value/explained_variance", float("nan")) for s in steps], **kw)
+        axes[2].plot([s["kl/to_ref"] for s in steps], **kw)
+    for ax, label in zip(axes, ("rollout success rate", "critic explained variance", "KL to reference (nats)")):
+        ax.set_xlabel("step")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[1].set_ylim(-2, 1)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    stem = Path(name).with_suffix("").as_posix().replace("/", "_")
+    path = _svg(fig, f"{stem}.svg", figures)
+    plt.close(fig)
+    return f"![Success rate, explained variance and KL per step, from {name}]({path})"
+
+
 def _plt():
     import matplotlib
 
@@ -545,8 +635,12 @@ GENERATORS = {
     "gpu_preset": gpu_preset,
     "gpu_cpu_task": gpu_cpu_task,
     "gpu_trl": gpu_trl,
+    "real_llm": real_llm,
+    "real_llm_phases": real_llm_phases,
+    "real_llm_gsm8k": real_llm_gsm8k,
 }
-FIGURE_GENERATORS = {"figure_critic_curves": figure_critic_curves, "figure_algos": figure_algos}
+FIGURE_GENERATORS = {"figure_critic_curves": figure_critic_curves, "figure_algos": figure_algos,
+                     "figure_real_llm": figure_real_llm}  # fmt: skip
 
 
 def render(text: str, figures: dict) -> str:

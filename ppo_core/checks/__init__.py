@@ -17,3 +17,4 @@ from .ch06_reward import *  # noqa: F401,F403
 from .ch07_algos import *  # noqa: F401,F403
 from .ch08_objectives import *  # noqa: F401,F403
 from .ch09_mismatch import *  # noqa: F401,F403
+from .ch10_real_llm import *  # noqa: F401,F403

@@ -39,6 +39,7 @@ CHAPTER_TITLES = {
     "07_beyond_ppo": "Beyond PPO: GRPO, Dr. GRPO, RLOO, REINFORCE++",
     "08_reasoning_objectives": "Objectives for reasoning models: DAPO, GSPO, CISPO",
     "09_sampler_mismatch": "When the sampler is not the learner",
+    "10_real_llm": "A real model on a CPU",
 }
 
 EXERCISES = (
@@ -177,6 +178,14 @@ EXERCISES = (
         "my_icepop_weights",
         "check_icepop_weights",
         "rho = exp(old_logprobs - behaviour_logprobs); keep it where mask & (rho >= lower) & (rho <= upper), else 0",
+    ),
+    Exercise(
+        "10.1",
+        "10_real_llm",
+        "the reference of a LoRA run",
+        "my_reference_logprobs",
+        "check_reference_logprobs",
+        "inside `with peft_model.disable_adapter(), torch.no_grad():` run lm_logits on peft_model.get_base_model()",
     ),
 )
 """Every exercise of the course, in reading order. A test checks this table against the chapters."""

