@@ -10,7 +10,7 @@ The layers, from the commands a user types down to the maths a learner derives:
     │              lora, rm, manifest, overoptimisation: a real run; beside it export/ │
     ├──────────────────────────────────────────────────────────────────────────────────┤
     │ tasks/       rewards, data (GSM8K), synthetic, tiny, warmstart, hub_model,       │
-    │              long_synthetic, preferences (ch 06), bandit (ch 04)                 │
+    │              smollm (ch 10), long_synthetic, preferences (ch 06), bandit (ch 04) │
     ├──────────────────────────────────────────────────────────────────────────────────┤
     │ ch 05 loop   trainer (the algorithm box), update, rollout, model, precision,     │
     │              fastpaths; reward_model (ch 06); dapo (ch 08); sampler (ch 09)      │
@@ -21,7 +21,7 @@ The layers, from the commands a user types down to the maths a learner derives:
     Each layer imports only the layers below it (tests/test_layers.py checks it): the loop is handed its
     parts by run/ (``run.runner.build_trainer``) and never reads a config file, a task or a run folder.
     course tooling beside them: checks/ (exercise checkers, progress), widgets/ (figures)
-    shared small helpers: utils (atomic writes, Hub error lines, seeds, show_source)
+    shared small helpers: utils (atomic writes, Hub error lines, seeds, show_source, a quiet peft import)
     authoring tools outside the package: tools/exercises.py (learner copies), tools/book.py
 
 | module              | chapter | what it holds                                            |

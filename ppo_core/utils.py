@@ -4,6 +4,7 @@ import contextlib
 import inspect
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 __all__ = [
@@ -16,6 +17,8 @@ __all__ = [
     "no_transformers_bars",
     "stream_seed",
     "dotted_get",
+    "quiet_peft",
+    "no_peft_deprecation",
 ]
 
 
@@ -125,3 +128,27 @@ def hub_offline(*variables: str) -> bool:
 def hub_unreachable(name: str, why: str, fix: str) -> str:
     """The one line for something the Hugging Face Hub could not give: what, why, and the fix without the hub."""
     return f"Cannot load {name!r} from the Hugging Face Hub ({why}); {fix}"
+
+
+def quiet_peft():
+    """``import peft``, without the warning bitsandbytes logs on import on CPUs with AVX512-bf16 (an optional
+    4-bit kernel package is missing; LoRA here uses no 4-bit weights), which would land in every LoRA run's
+    output. Later imports are free: Python caches modules."""
+    import logging
+
+    quiet = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        import peft
+    finally:
+        quiet.setLevel(level)
+    return peft
+
+
+@contextlib.contextmanager
+def no_peft_deprecation():
+    """peft reads an attribute transformers has deprecated: a FutureWarning no user can act on, kept out of runs."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        yield

@@ -9,6 +9,7 @@ import torch
 
 from ..logprobs import logprobs_from_logits
 from ..model import lm_logits, position_ids_from_mask
+from ..utils import no_peft_deprecation, quiet_peft
 from ._common import CheckFailure, call, checker, expect_close
 
 __all__ = ["check_reference_logprobs", "reference_logprobs_case"]
@@ -16,18 +17,17 @@ __all__ = ["check_reference_logprobs", "reference_logprobs_case"]
 
 def reference_logprobs_case(seed: int = 0):
     """(peft model with non-zero adapters, input_ids, attention_mask, response_ids, keep): a left-padded batch."""
-    from ..run.lora import _no_peft_deprecation, _peft
     from ..tasks.synthetic import SYNTHETIC_ALPHABET
     from ..tasks.tiny import build_char_tokenizer, build_tiny_model
 
-    peft = _peft()
+    peft = quiet_peft()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         tok = build_char_tokenizer(SYNTHETIC_ALPHABET)
         lm = build_tiny_model(tok, "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                               num_attention_heads=2)  # fmt: skip
         config = peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)
-        with _no_peft_deprecation():
+        with no_peft_deprecation():
             model = peft.get_peft_model(lm, config)  # random A and B: the adapters change the model's outputs
         model.eval()
         P, T = 6, 5

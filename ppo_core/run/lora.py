@@ -19,44 +19,20 @@ adapters back into the live model; ``python -m ppo_core.evaluate`` loads the bas
 the run's ``model.dtype``). Without a critic (chapter 07) there is no value head to save or load.
 """
 
-import contextlib
 import json
-import warnings
 from pathlib import Path
 
 import torch
 
 from ..model import CRITIC_DIR, VALUE_HEAD_FILE
 from ..precision import autocast, load_weights_
+from ..utils import no_peft_deprecation as _no_peft_deprecation
 from ..utils import no_transformers_bars
+from ..utils import quiet_peft as _peft
 
 __all__ = ["apply_lora", "is_lora", "AdapterOffReference", "save_actor", "load_actor", "is_lora_checkpoint"]
 
 ADAPTER_CONFIG = "adapter_config.json"
-
-
-def _peft():
-    """``import peft``, without the warning bitsandbytes logs on import on CPUs with AVX512-bf16 (an optional
-    4-bit kernel package is missing; LoRA here uses no 4-bit weights), which would land in every LoRA run's
-    output. Later imports are free: Python caches modules."""
-    import logging
-
-    quiet = logging.getLogger("bitsandbytes.backends.cpu.ops")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        import peft
-    finally:
-        quiet.setLevel(level)
-    return peft
-
-
-@contextlib.contextmanager
-def _no_peft_deprecation():
-    """peft reads an attribute transformers has deprecated: a FutureWarning no user can act on, kept out of runs."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
-        yield
 
 
 def _target_modules(spec: str):
