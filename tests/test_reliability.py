@@ -281,6 +281,7 @@ def test_long_prompts_are_cut_from_the_left_with_a_warning(tiny_model_path, tmp_
 
 @pytest.mark.parametrize("pad", ["none", "eos"])
 def test_tokenizer_without_a_distinct_pad_token_gets_one(pad, tmp_path):
+    """Pad unset or equal to EOS: an existing never-generated special token (here ``<pad>``) becomes the pad."""
     from ppo_core.rollout import sample, score
     from ppo_core.run.setup import load_models
     from ppo_core.tasks.synthetic import SYNTHETIC_ALPHABET
@@ -290,12 +291,13 @@ def test_tokenizer_without_a_distinct_pad_token_gets_one(pad, tmp_path):
     model = build_tiny_model(
         tok, "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2
     )
+    n_tokens = len(tok)
     tok.pad_token = None if pad == "none" else tok.eos_token
     path = save_tiny(model, tok, tmp_path / "model")
     cfg = load_config("cpu", [f"model.name_or_path={path}"])
-    with pytest.warns(UserWarning, match="no pad token distinct from EOS; added"):
-        actor, ref, tokenizer, _ = load_models(cfg, torch.device("cpu"))
+    actor, ref, tokenizer, _ = load_models(cfg, torch.device("cpu"))
     assert tokenizer.pad_token_id is not None and tokenizer.pad_token_id != tokenizer.eos_token_id
+    assert tokenizer.pad_token == "<pad>" and len(tokenizer) == n_tokens  # its own special token, no new one
     assert actor.lm.get_input_embeddings().num_embeddings >= len(tokenizer)
     ro = sample(actor.lm, tokenizer, ["Ann has 3 apples.\n", "Hi\n"], 6, 1.0)  # left padding uses the new token
     assert (ro.input_ids[1, 0] == tokenizer.pad_token_id).item()
@@ -355,13 +357,13 @@ def test_nan_loss_update_is_skipped_counted_and_logged_at_once(tiny_model_path, 
     import ppo_core.update as update
 
     tr = _trainer(tiny_model_path, tmp_path, "train.max_skipped_steps=2")
-    real = update.compute_policy_loss
+    real = update.policy_objective
 
     def nan_policy_loss(*args, **kwargs):
         loss, stats = real(*args, **kwargs)
         return loss * float("nan"), stats
 
-    monkeypatch.setattr(update, "compute_policy_loss", nan_policy_loss)
+    monkeypatch.setattr(update, "policy_objective", nan_policy_loss)
     before = _params(tr)
     with pytest.warns(UserWarning, match=r"step 1, epoch \d, minibatch \d: update skipped \(non-finite policy/loss"):
         m = tr.step()
@@ -370,9 +372,9 @@ def test_nan_loss_update_is_skipped_counted_and_logged_at_once(tiny_model_path, 
     on_disk = _step_lines(tr.out)  # the logger is still open: the line was flushed when the step ended
     assert [r["step"] for r in on_disk] == [1] and on_disk[0]["train/skipped"] == 4
 
-    monkeypatch.setattr(update, "compute_policy_loss", real)
+    monkeypatch.setattr(update, "policy_objective", real)
     assert tr.step()["train/skipped"] == 0 and not torch.equal(_params(tr), before)  # the streak resets
-    monkeypatch.setattr(update, "compute_policy_loss", nan_policy_loss)
+    monkeypatch.setattr(update, "policy_objective", nan_policy_loss)
     with pytest.warns(UserWarning, match="update skipped"):
         tr.step()
         with pytest.raises(NonFiniteError, match=r"steps 3-4: every update was skipped \(non-finite policy/loss\)"):
@@ -589,7 +591,7 @@ def test_a_step_with_only_some_updates_skipped_does_not_count_towards_the_stop(t
     import ppo_core.update as update
 
     tr = _trainer(tiny_model_path, tmp_path, "train.max_skipped_steps=1")
-    real, poisoned = update.compute_policy_loss, set()
+    real, poisoned = update.policy_objective, set()
 
     def first_minibatch_nan(*args, **kwargs):
         loss, stats = real(*args, **kwargs)
@@ -598,7 +600,7 @@ def test_a_step_with_only_some_updates_skipped_does_not_count_towards_the_stop(t
         poisoned.add(tr.step_count)  # the first minibatch update of each step
         return loss * float("nan"), stats
 
-    monkeypatch.setattr(update, "compute_policy_loss", first_minibatch_nan)
+    monkeypatch.setattr(update, "policy_objective", first_minibatch_nan)
     with pytest.warns(UserWarning, match="update skipped"):
         assert [tr.step()["train/skipped"] for _ in range(2)] == [1.0, 1.0]  # no NonFiniteError
 

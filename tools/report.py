@@ -199,6 +199,12 @@ def _last(steps: list[dict], key: str, n: int = 5) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+def _tables(header: list[str], rows: list[list], groups: list[list[int]]) -> str:
+    """One table per group of columns, each led by column 0 (the record's name): a wide table cut to the page."""
+    return "\n\n".join(table([header[0]] + [header[i] for i in g], [[r[0]] + [r[i] for i in g] for r in rows])
+                         for g in groups)  # fmt: skip
+
+
 def real_llm(name: str) -> str:
     """The real-model preset on several seeds (benchmarks/real_llm.py): both accuracies, the critic, KL, time."""
     data = load(name)
@@ -220,16 +226,19 @@ def real_llm(name: str) -> str:
                      f"{ev:+.2f}", f"{_last(steps, 'kl/to_ref'):.2f}", f"{r['train_s']:.0f}", f"{r['wall_s']:.0f}",
                      f"{r['peak_rss_gb']:.1f}", load_avg])  # fmt: skip
     n = len(data["rows"])
-    header = ["seed", "sampled `####` acc.", "gain (points)", "sampled last-number acc.", "format rate",
-              "greedy `####` acc.", "EV, last 5 steps", "KL to ref, last 5", "train s", "wall s", "peak RSS GB",
-              "load (1, 5, 15 min)"]  # fmt: skip
+    header = ["seed", "sampled ####", "gain", "last number", "format", "greedy ####", "EV, last 5", "KL, last 5",
+              "train s", "wall s", "peak RSS GB", "load (1, 5, 15 min)"]  # fmt: skip
     summary = (
         f"Held-out problems per evaluation: {data['rows'][0]['n_eval']}. Targets: a sampled gain of at least "
         f"{t['gain_points']:+.0f} points (met on {met['gain']} of {n} seeds), within {t['train_minutes']:.0f} minutes "
         f"of training (met on {met['time']} of {n}), and an explained variance of at least {t['ev_last']} over the "
         f"last steps (met on {met['ev']} of {n})."
     )
-    return table(header, rows) + "\n\n" + summary
+    legend = (
+        "Sampled and greedy `####` accuracy, the gain in points, last-number accuracy and the format rate on the "
+        "held-out split; the critic's explained variance and the KL to the reference over the last 5 steps."
+    )
+    return legend + "\n\n" + _tables(header, rows, [[1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11]]) + "\n\n" + summary
 
 
 def real_llm_phases(name: str) -> str:
@@ -245,9 +254,9 @@ def real_llm_phases(name: str) -> str:
         matmul = f"{r['matmul_gflops']:.0f}" if "matmul_gflops" in r else "not recorded"
         rows.append([r["seed"], len(steps), f"{m['time/rollout']:.1f}", f"{m['time/score']:.1f}",
                      f"{m['time/update']:.1f}", rate, update, matmul])  # fmt: skip
-    header = ["seed", "steps", "generate s", "score s", "update s", "generated tokens/s", "update GFLOP/s",
-              "float32 matmul GFLOP/s"]  # fmt: skip
-    return table(header, rows)
+    header = ["seed", "steps", "generate s", "score s", "update s", "gen. tokens/s", "update GFLOP/s",
+              "matmul GFLOP/s"]  # fmt: skip
+    return _tables(header, rows, [[1, 2, 3, 4], [5, 6, 7]]) + "\n\nThe matmul is float32, on the same threads."
 
 
 def real_llm_gsm8k(name: str) -> str:
@@ -377,7 +386,7 @@ def objectives_summary(name: str) -> str:
                      f"{no_eos:.1f}"])  # fmt: skip
     header = ["arm", "seeds", "final accuracy", "entropy first → last", "entropy fell", "episodes trained",
               "episodes drawn", "s / step", "% without EOS"]  # fmt: skip
-    return table(header, rows)
+    return _tables(header, rows, [[1, 2, 3], [4, 5, 6], [7, 8]])
 
 
 def figure_algos(name: str, figures: dict) -> str:
