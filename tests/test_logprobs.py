@@ -79,7 +79,7 @@ def test_logprobs_stable_for_logits_times_100():
 
 
 def test_logprobs_bf16_input_computed_in_float32():
-    # bf16 keeps 8 bits of mantissa: a log-softmax computed in bf16 is off by ~1e-2. The package must
+    # bf16 keeps 8 significant bits (7 stored): a log-softmax computed in bf16 is off by ~1e-2. The package must
     # upcast first, so it agrees (to float32 precision) with the exact reference on the same bf16 values.
     logits, tokens = _random_logits(3, 7, 50, torch.float32, seed=4, scale=10.0)
     logits_bf16 = logits.to(torch.bfloat16)
