@@ -61,3 +61,15 @@ def resuming_with_the_other_setting_fails(make, tmp_path, key: str, values=("tru
         assert "\n" not in str(err.value)
         errors.append(str(err.value))
     return errors
+
+
+def gsm8k_folder(tmp_path):
+    """The committed GSM8K fixture split into a data folder (train.jsonl: 7 records, test.jsonl: the rest)."""
+    from pathlib import Path
+
+    lines = (Path(__file__).parent / "fixtures" / "gsm8k_tiny.jsonl").read_text().splitlines()
+    data = Path(tmp_path) / "gsm8k"
+    data.mkdir()
+    (data / "train.jsonl").write_text("\n".join(lines[:7]) + "\n")
+    (data / "test.jsonl").write_text("\n".join(lines[7:]) + "\n")
+    return data

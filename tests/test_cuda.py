@@ -7,14 +7,12 @@ bf16 autocast and resumes on the GPU. ``benchmarks/cuda_report.py`` runs them an
 """
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
+from ppo_test_support import gsm8k_folder
 
 pytestmark = pytest.mark.cuda
-
-FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k_tiny.jsonl"
 
 
 def _tiny_llama():
@@ -101,11 +99,7 @@ def test_cuda_preset_on_the_gpu_checks_the_ratio_and_resumes(tmp_path):
     from ppo_core.tasks.hub_model import build_hub_model
     from ppo_core.train import main
 
-    lines = FIXTURE.read_text().splitlines()
-    data = tmp_path / "gsm8k"
-    data.mkdir()
-    (data / "train.jsonl").write_text("\n".join(lines[:7]) + "\n")
-    (data / "test.jsonl").write_text("\n".join(lines[7:]) + "\n")
+    data = gsm8k_folder(tmp_path)
     hub = build_hub_model(tmp_path / "cache")
     out = tmp_path / "run"
     argv = ["--config", "cuda", f"model.name_or_path={hub}", f"data.source={data}", f"train.output_dir={out}",

@@ -9,12 +9,10 @@ the committed fixture, split into a train and a test file.
 
 import json
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
-
-FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k_tiny.jsonl"
+from ppo_test_support import gsm8k_folder
 
 
 @pytest.mark.slow
@@ -24,11 +22,7 @@ def test_cuda_preset_runs_on_the_cpu_against_a_hub_shaped_model(tmp_path, separa
     from ppo_core.tasks.hub_model import build_hub_model
     from ppo_core.train import main
 
-    lines = FIXTURE.read_text().splitlines()
-    data = tmp_path / "gsm8k"
-    data.mkdir()
-    (data / "train.jsonl").write_text("\n".join(lines[:7]) + "\n")
-    (data / "test.jsonl").write_text("\n".join(lines[7:]) + "\n")
+    data = gsm8k_folder(tmp_path)
     hub = build_hub_model(tmp_path / "cache")
     out = tmp_path / "run"
     argv = ["--config", "cuda", "model.device=cpu", f"model.name_or_path={hub}", f"data.source={data}",
