@@ -115,6 +115,7 @@ def _records(path: Path) -> list[dict]:
 def part_preset(args) -> dict:
     """In this process: the cuda preset through the CLI's own ``main``, with clocks read after a device sync."""
     from ppo_core import trainer as trainer_mod
+    from ppo_core.run.config import load_config
     from ppo_core.tasks.hub_model import build_hub_model
     from ppo_core.train import main
 
@@ -190,7 +191,7 @@ def part_preset(args) -> dict:
     phases = {k: med(f"time/{k}") for k in ("rollout", "score", "update", "step")}
     summary = json.loads((out_dir / "summary.json").read_text()) if (out_dir / "summary.json").is_file() else {}
     seq_len = sorted(L for _, L in shapes)[len(shapes) // 2] if shapes else None  # P + T, padded
-    epochs = 2  # the preset's ppo.ppo_epochs
+    epochs = load_config("cuda").ppo.ppo_epochs  # the update's passes over the batch
     return {
         "rc": rc,
         "rc_resume": rc_resume,

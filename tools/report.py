@@ -286,11 +286,7 @@ def figure_real_llm(name: str, figures: dict) -> str:
         ax.grid(alpha=0.3)
     axes[1].set_ylim(-2, 1)
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    stem = Path(name).with_suffix("").as_posix().replace("/", "_")
-    path = _svg(fig, f"{stem}.svg", figures)
-    plt.close(fig)
-    return f"![Success rate, explained variance and KL per step, from {name}]({path})"
+    return _figure(fig, name, figures, "Success rate, explained variance and KL per step")
 
 
 def _plt():
@@ -310,6 +306,15 @@ def _svg(fig, name: str, figures: dict) -> str:
     return f"images/{name}"
 
 
+def _figure(fig, name: str, figures: dict, alt: str) -> str:
+    """Lay out ``fig``, keep it as ``images/<results file's stem>.svg`` and return its markdown (``alt``, from name)."""
+    fig.tight_layout()
+    stem = Path(name).with_suffix("").as_posix().replace("/", "_")
+    path = _svg(fig, f"{stem}.svg", figures)
+    _plt().close(fig)
+    return f"![{alt}, from {name}]({path})"
+
+
 def figure_critic_curves(name: str, figures: dict) -> str:
     """Explained variance and sampled success rate over the steps of each run in a file."""
     plt = _plt()
@@ -325,11 +330,7 @@ def figure_critic_curves(name: str, figures: dict) -> str:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    stem = Path(name).with_suffix("").as_posix().replace("/", "_")
-    path = _svg(fig, f"{stem}.svg", figures)
-    plt.close(fig)
-    return f"![Explained variance and success rate per step, from {name}]({path})"
+    return _figure(fig, name, figures, "Explained variance and success rate per step")
 
 
 def _algo_runs(name: str) -> tuple[list[dict], list[str]]:
