@@ -5,12 +5,17 @@
     .venv-trl/bin/python benchmarks/vs_trl.py --grid none --save benchmarks/results/performance/vs_trl.json
     .venv-trl/bin/python benchmarks/vs_trl.py --full       # the full grid: batch 8 -> 256, response 16 -> 128
     .venv-trl/bin/python benchmarks/vs_trl.py --device cuda --qwen-0.5b   # GPU report (never measured by the authors)
+    .venv-trl/bin/python benchmarks/vs_trl.py --model smollm2 --settings like-for-like --grid none \
+        --batch-size 32 --minibatch-size 16 --ppo-epochs 1 --response-length 32 --temperature 0.5 --updates 4 \
+        --save benchmarks/results/performance/vs_trl_smollm2.json     # the real model (chapter 10), both sides
 
 TRL lives in a virtual environment of its own (``.venv-trl``): the course's ``.venv`` never installs it.
 The peer is TRL's ``PPOTrainer`` from ``trl.experimental.ppo`` (trl 1.12.0, the last release that has
 it). What is equal, by construction:
 
-* the model: the course's tiny Llama (``ppo_core.tasks.tiny``, warm-started by ``ppo_core.tasks.warmstart``); TRL's
+* the model: the course's tiny Llama (``ppo_core.tasks.tiny``, warm-started by ``ppo_core.tasks.warmstart``), or
+  with ``--model smollm2`` SmolLM2-135M-Instruct (``ppo_core.tasks.smollm``; fully fine-tuned in float32 on both
+  sides, since TRL's PPOTrainer gives its value model a trunk of its own, not LoRA adapters); TRL's
   value (and reward) model is ``AutoModelForSequenceClassification(num_labels=1)`` loaded from the
   same folder, so its trunk starts from the same weights;
 * the architecture: both train a value model of their own, a copy of the policy's trunk with a linear
@@ -771,6 +776,12 @@ def parse_args(argv=None):
     ap.add_argument("--grid-lengths", type=int, nargs="+", help="override the grid's response lengths")
     ap.add_argument("--grid-updates", type=int, default=2, help="timed updates per grid point (default 2)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument(
+        "--model",
+        choices=["tiny", "smollm2"],
+        default="tiny",
+        help="the side-by-side runs' model: the cpu preset's warm-started tiny Llama (default) or SmolLM2-135M",
+    )
     ap.add_argument("--save", metavar="PATH", help="write the results as JSON, e.g. benchmarks/results/performance/...")
     ap.add_argument(
         "--qwen-0.5b",
@@ -832,8 +843,13 @@ def main(argv=None) -> None:
         "as-designed": replace(base, name="as designed", trl_reward="model", updates=max(2, args.updates // 2)),
     }
     t0 = time.perf_counter()
-    model_path = warm_started_tiny()
-    print(f"model: the warm-started tiny Llama in {model_path} ({time.perf_counter() - t0:.0f} s to build or load)")
+    if args.model == "smollm2":
+        from ppo_core.tasks.smollm import build_smollm
+
+        model_path, what = str(build_smollm()), "SmolLM2-135M-Instruct"
+    else:
+        model_path, what = warm_started_tiny(), "the warm-started tiny Llama"
+    print(f"model: {what} in {model_path} ({time.perf_counter() - t0:.0f} s to build or load)")
     model_cfg = AutoConfig.from_pretrained(model_path)
     results, grid = [], []
     for key in [k for k in args.settings if k != "none"]:
@@ -847,6 +863,7 @@ def main(argv=None) -> None:
         trl_side, ours_side = run_pair(s, model_path, args.threads, args.device)
         r = summarize(s, trl_side, ours_side, model_cfg, load_config("cpu", s.ours_overrides).ppo.separate_critic)
         r["matmul_gflops"] = max(matmul, matmul_rate(args.device)) / 1e9  # the better of before and after
+        r["model"] = args.model
         results.append((s, r))
         save(args, results, grid, load_start)
     print(f"\n== results (load average {load_average()})")

@@ -468,7 +468,9 @@ def _vs_trl_settings(settings: list[dict]) -> list[str]:
 def _vs_trl_setting(s: dict) -> str:
     reward = "the rule reward as a module" if s["trl_reward"] == "rule" else "a reward model"
     ours = _spans(",".join(s["ours_overrides"])) if s["ours_overrides"] else "the cpu preset"
-    return (f"`{s['setting']}`: B = {s['batch_size']}, minibatch {s['minibatch_size']}, {s['ppo_epochs']} epochs, "
+    model = "SmolLM2-135M-Instruct, fully fine-tuned" if s.get("model") == "smollm2" else "the tiny Llama"
+    return (f"`{s['setting']}` on {model}: B = {s['batch_size']}, minibatch {s['minibatch_size']}, "
+            f"{s['ppo_epochs']} epochs, "
             f"T ≤ {s['response_length']}; median of {len(s['ratios'])} updates after a warm-up; TRL with {reward}; "
             f"ours: {ours}.")  # fmt: skip
 
