@@ -270,6 +270,30 @@ def real_llm_gsm8k(name: str) -> str:
     return table(["", "problems", "`####` acc.", "last-number acc.", "format rate"], rows)
 
 
+def overlong_real(name: str) -> str:
+    """benchmarks/overlong_real.py: per arm, the share of replies cut at the limit, the EOS rate, the gain."""
+    data = load(name)
+    rows = []
+    for arm, overrides in data["arms"].items():
+        rs = [r for r in data["runs"] if r["arm"] == arm]
+        if not rs:
+            continue
+        mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+        gains = [100 * (r["eval"]["after_sampled"]["marker_acc"] - r["eval"]["before_sampled"]["marker_acc"])
+                 for r in rs]  # fmt: skip
+        first = mean([r["steps"][0]["rollout/response_length"] for r in rs])
+        last = mean([r["steps"][-1]["rollout/response_length"] for r in rs])
+        rows.append([f"`{' '.join(overrides)}`" if overrides else "none", len(rs),
+                     f"{mean([1 - r['steps'][0]['rollout/eos_rate'] for r in rs]):.2f}",
+                     f"{mean([r['steps'][-1]['rollout/eos_rate'] for r in rs]):.2f}", f"{first:.1f} → {last:.1f}",
+                     f"{mean(gains):+.1f} [{min(gains):+.1f}, {max(gains):+.1f}]"])  # fmt: skip
+    header = ["switch", "runs", "no EOS, step 1", "EOS rate, last step", "tokens / reply in the loss",
+              "gain, points: mean [min, max]"]  # fmt: skip
+    failed = "".join(f"\n- failed: {f['arm']}, seed {f['seed']}: `{f['error'].split(': the training')[0]}`"
+                     for f in data["failed"])  # fmt: skip
+    return _tables(header, rows, [[1, 2, 3], [4, 5]]) + ("\n" + failed if failed else "")
+
+
 def figure_real_llm(name: str, figures: dict) -> str:
     """Per seed: the rollout's success rate, the critic's explained variance and the KL to the reference, by step."""
     plt = _plt()
@@ -650,6 +674,7 @@ GENERATORS = {
     "real_llm": real_llm,
     "real_llm_phases": real_llm_phases,
     "real_llm_gsm8k": real_llm_gsm8k,
+    "overlong_real": overlong_real,
 }
 FIGURE_GENERATORS = {"figure_critic_curves": figure_critic_curves, "figure_algos": figure_algos,
                      "figure_real_llm": figure_real_llm}  # fmt: skip
