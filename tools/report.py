@@ -278,7 +278,6 @@ def overlong_real(name: str) -> str:
         rs = [r for r in data["runs"] if r["arm"] == arm]
         if not rs:
             continue
-        mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
         gains = [100 * (r["eval"]["after_sampled"]["marker_acc"] - r["eval"]["before_sampled"]["marker_acc"])
                  for r in rs]  # fmt: skip
         first = mean([r["steps"][0]["rollout/response_length"] for r in rs])
@@ -286,7 +285,7 @@ def overlong_real(name: str) -> str:
         rows.append([f"`{' '.join(overrides)}`" if overrides else "none", len(rs),
                      f"{mean([1 - r['steps'][0]['rollout/eos_rate'] for r in rs]):.2f}",
                      f"{mean([r['steps'][-1]['rollout/eos_rate'] for r in rs]):.2f}", f"{first:.1f} → {last:.1f}",
-                     f"{mean(gains):+.1f} [{min(gains):+.1f}, {max(gains):+.1f}]"])  # fmt: skip
+                     _span(gains, "+.1f")])  # fmt: skip
     header = ["switch", "runs", "no EOS, step 1", "EOS rate, last step", "tokens / reply in the loss",
               "gain, points: mean [min, max]"]  # fmt: skip
     failed = "".join(f"\n- failed: {f['arm']}, seed {f['seed']}: `{f['error'].split(': the training')[0]}`"
