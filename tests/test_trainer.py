@@ -315,7 +315,7 @@ def test_the_minibatch_order_follows_train_seed(tiny_model_path, tmp_path):
     """The shuffle generator (minibatch order) starts from train.seed: the same seed, the same order; another
     seed, another order."""
     orders = [
-        torch.randperm(64, generator=_trainer(tiny_model_path, tmp_path / f"{i}", f"train.seed={seed}").shuffle_gen)
+        torch.randperm(64, generator=_trainer(tiny_model_path, tmp_path / f"{i}", f"train.seed={seed}").ppo.shuffle_gen)
         for i, seed in enumerate((1, 1, 2))
     ]
     assert torch.equal(orders[0], orders[1]) and not torch.equal(orders[0], orders[2])
