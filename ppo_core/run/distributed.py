@@ -206,7 +206,8 @@ class DataParallel:
 
     def shard(self, records: list, step: int) -> list:
         """This rank's contiguous slice of the step's records; seeds torch with its sampling stream."""
-        torch.manual_seed(stream_seed(self.seed, "rank_sampling", step, self.rank))  # a pure function of the step
+        seed = stream_seed(self.seed, "rank_sampling", step, self.rank)
+        torch.manual_seed(seed)  # this rank's sampling stream: a pure function of (seed, step, rank)
         b, n, r = len(records), self.world_size, self.rank
         return records[r * b // n : (r + 1) * b // n]
 
