@@ -9,7 +9,7 @@ built with a ``distributed.DataParallel`` that the box calls (``distributed.join
 
 What callers read most is forwarded, read-only: ``actor``, ``ref``, ``tokenizer``, ``optimizer``, ``kl_ctl``,
 ``step_count``, ``last_step``, ``prompt_batch``, ``prompts``, ``learn``; the rest, and every assignment
-(``run.ppo.minibatch_update = ...``), goes through ``run.ppo``.
+(``run.ppo.minibatch_update = ...``), goes through ``run.ppo``: setting on the run a name the box owns raises.
 """
 
 from pathlib import Path
@@ -72,14 +72,21 @@ class RunTrainer:
         optimizer, kl_ctl = build_optimizer(actor, cfg.ppo), build_kl_controller(cfg.ppo)
         s = cfg.sampler  # the weights that sample (chapter 09): the actor itself unless a mismatch is configured
         sampler = Sampler(actor.lm, s.dtype, s.stale_steps, s.top_k, s.top_p, s.weight_noise, s.keep_sampling_mask)
+        self.data_parallel = data_parallel  # None: one process
         self.ppo = PPOTrainer(cfg, actor, ref, tokenizer, optimizer, kl_ctl, self.train_records, self.render,
                               self.sequence_scores, sampler, data_parallel)  # fmt: skip
-        self.data_parallel = data_parallel  # None: one process
         self.skips = guards.SkippedUpdates(cfg.train.max_skipped_steps)
         self.batch = None  # the last collected (records, rollout), for the step's logs
         self.logger = resume.open_run(self, self.resumed_from)
         if data_parallel is not None:  # rank 0's (resumed) weights everywhere, gradients averaged over ranks
             data_parallel.attach(self.actor)
+
+    def __setattr__(self, name: str, value) -> None:
+        """Refuse to set what the algorithm box owns (it would never read the run's copy): one line naming ``ppo``.
+        The run's own methods (``collect``, ``step``, ...) stay replaceable."""
+        if "ppo" in self.__dict__ and hasattr(self.ppo, name) and not hasattr(type(self), name):
+            raise AttributeError(f"{name} belongs to the algorithm box: set run.ppo.{name} instead")
+        super().__setattr__(name, value)
 
     def render(self, records: list[dict]) -> list[str]:
         """The prompt of each record, in the run's ``data.prompt_style``."""
