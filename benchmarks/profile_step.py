@@ -41,7 +41,7 @@ def profile_ours(s, model_path: str, threads: int, updates: int):
     m.score = labelled("phase: scoring", m.score)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = RunTrainer(vs_trl.ours_config(s, model_path, tmp, threads, "cpu", "float32"))
-        trainer.update = labelled("phase: update", trainer.update)
+        trainer.ppo.update = labelled("phase: update", trainer.ppo.update)
         trainer.step()  # warm-up
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             for _ in range(updates):

@@ -354,7 +354,7 @@ def run_pair(
                 )
                 clock.gc_seconds = 0.0
                 records = [by_question[q] for q in clock.questions]
-                ours.prompt_batch = lambda step: records  # the very prompts TRL just used
+                ours.ppo.prompt_batch = lambda step: records  # the very prompts TRL just used
                 with torch.random.fork_rng(devices=[]):
                     torch.set_rng_state(ours_rng)
                     t0, c0 = time.perf_counter(), time.process_time()

@@ -20,6 +20,8 @@ The layers, from the commands a user types down to the maths a learner derives:
     └──────────────────────────────────────────────────────────────────────────────────┘
     Each layer imports only the layers below it (tests/test_layers.py checks it): the loop is handed its
     parts by run/ (``run.runner.build_trainer``) and never reads a config file, a task or a run folder.
+    run/ holds the trainer (``RunTrainer.ppo``) instead of subclassing it; data parallelism is an object the
+    trainer is handed (``run.distributed.DataParallel``); no module below run/ takes the trainer.
     course tooling beside them: checks/ (exercise checkers, progress), widgets/ (figures)
     shared small helpers: utils (atomic writes, Hub error lines, seeds, show_source, a quiet peft import)
     authoring tools outside the package: tools/exercises.py (learner copies), tools/book.py

@@ -9,7 +9,8 @@ With G samples per prompt (``rollout.group_size``), scores R_i, response lengths
     soft overlong        R_i += min(0, (L - b - n_i) / b) * penalty: 0 up to L - b, down to -penalty at L
     missing EOS          R_i -= penalty for a response without EOS (TRL's missing_eos_penalty)
 
-Pure functions on tensors, and ``DynamicSampling``, the rows a step keeps (``PPOTrainer.refill`` samples again).
+Pure functions on tensors, and ``DynamicSampling``, the rows a step keeps: given each round's rollout it returns
+the prompts it needs next, and ``PPOTrainer.refill`` samples them (the trainer never hands itself down here).
 """
 
 import torch
@@ -83,17 +84,19 @@ def extra_records(train_records: list, seed: int, step: int, round_: int, batch_
 
 
 class DynamicSampling:
-    """The rows one step keeps: ``add(records, rollout)`` drops the groups whose scores all agree and says whether
-    to sample again (fewer than ``batch_size`` rows kept, rounds left); ``batch(pad_id)`` then gives (records,
-    rollout, metrics): the first ``batch_size`` kept rows, or, if no group survived, the first batch as it was.
+    """The rows step ``step`` keeps: ``add(records, rollout)`` drops the groups whose scores all agree and returns
+    the records to sample next (``extra_records`` from ``train_records``), or None when ``batch_size`` rows are
+    kept or no rounds are left; ``batch(pad_id)`` then gives (records, rollout, metrics): the first
+    ``batch_size`` kept rows, or, if no group survived, the first batch as it was.
     metrics: ``rollout/dropped_groups``, ``rollout/extra_samples``."""
 
-    def __init__(self, group_size: int, batch_size: int, max_rounds: int):
+    def __init__(self, group_size: int, batch_size: int, max_rounds: int, train_records: list, seed: int, step: int):
         self.G, self.B, self.max_rounds = group_size, batch_size, max_rounds
+        self.train_records, self.seed, self.step = train_records, seed, step
         self.rollouts, self.records, self.first = [], [], None
         self.dropped = self.drawn = self.rounds = 0
 
-    def add(self, records: list, ro: Rollout) -> bool:
+    def add(self, records: list, ro: Rollout) -> list | None:
         self.first = self.first or (records, ro)
         self.drawn += len(records)
         keep = ~agreeing_groups(ro.scores, self.G)  # (B_round / G,)
@@ -102,7 +105,9 @@ class DynamicSampling:
         self.rollouts.append(ro.select(rows))
         self.records += [records[i] for i in rows.tolist()]
         self.rounds += 1
-        return len(self.records) < self.B and self.rounds < self.max_rounds
+        if len(self.records) >= self.B or self.rounds >= self.max_rounds:
+            return None
+        return extra_records(self.train_records, self.seed, self.step, self.rounds, self.B, self.G)
 
     def batch(self, pad_id: int) -> tuple[list, Rollout, dict]:
         metrics = {"rollout/dropped_groups": float(self.dropped), "rollout/extra_samples": float(self.drawn - self.B)}

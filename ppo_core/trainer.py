@@ -17,8 +17,18 @@ Chapter 07's switches (``algo.*``, ``rollout.group_size``) change steps 1, 3, 4 
 prompt; the KL in the reward or in the loss; a critic-free advantage (``advantages.outcome_advantages``)
 instead of GAE, with no value head at all; how the per-token policy losses are averaged.
 
-The trainer holds the algorithm's state (models, optimizer, KL controller, step counter) and is handed its
-parts: ``ppo_core.run.runner.build_trainer(cfg)`` builds them and adds a run around the step (logs, checkpoints).
+Chapter 08's dynamic sampling (``algo.dynamic_sampling``) is part of the box: DAPO's algorithm itself samples
+again until the batch holds groups that teach something. ``dapo.DynamicSampling`` decides from the data which
+prompts to sample next; ``step`` calls ``collect`` on them (``refill``), so the run's guarded ``collect`` covers
+every round.
+
+The trainer holds the algorithm's state (models, optimizer, KL controller, step counter), declared in
+``__init__``, and is handed its parts; nothing below it calls back into it. Its extension points are
+arguments, not subclasses: ``data_parallel`` (an object that shards the step's records, gathers the rollout
+and runs a minibatch update across processes; ``OneProcess`` by default, ``run.distributed.DataParallel`` under
+torchrun) and the ``collect`` function ``step`` uses (``run.runner.RunTrainer`` passes its guarded one).
+``ppo_core.run.runner.build_trainer(cfg)`` builds the parts and holds the trainer inside a run (logs,
+checkpoints, guards).
 """
 
 import time
@@ -39,7 +49,7 @@ from .sampler import Sampler
 from .update import minibatch_update, update_kwargs, value_update
 from .utils import stream_seed
 
-__all__ = ["PPOTrainer", "StepRecord"]
+__all__ = ["PPOTrainer", "StepRecord", "OneProcess"]
 
 
 @dataclass
@@ -58,26 +68,47 @@ class StepRecord:
     skipped: list = field(default_factory=list)  # step 5: (where, stats) of each update skipped as non-finite
 
 
+class OneProcess:
+    """The default ``data_parallel`` of ``PPOTrainer``: one process holds the whole batch and the whole update.
+
+    The three methods a data-parallel object provides (``run.distributed.DataParallel`` shares them over ranks).
+    """
+
+    def shard(self, records: list, step: int) -> list:
+        """This process's share of step ``step``'s records: all of them."""
+        return records
+
+    def gather(self, ro: Rollout, pad_id: int) -> Rollout:
+        """The whole step's rollout from this process's share: the share itself."""
+        return ro
+
+    def update(self, minibatch_update, actor, optimizer, mb: dict, **kwargs) -> dict:
+        """One minibatch update (``update.minibatch_update`` or a swapped-in one) on the whole minibatch."""
+        return minibatch_update(actor, optimizer, mb, **kwargs)
+
+
 class PPOTrainer:
     """PPO for a causal LM with a value head, against a frozen reference, on prompts drawn from ``records``.
 
     ``prompt_fn(records)`` renders the prompts, ``score_fn(records, completions)`` returns one score per
     response, (B,). ``step()`` runs one PPO iteration on the next batch of prompts and returns its metrics.
+    ``data_parallel``: how a step is shared by processes (``OneProcess`` when None; see the module doc).
     """
 
-    def __init__(self, cfg, actor, ref, tokenizer, optimizer, kl_ctl, records, prompt_fn, score_fn, sampler=None):
+    def __init__(self, cfg, actor, ref, tokenizer, optimizer, kl_ctl, records, prompt_fn, score_fn, sampler=None,
+                 data_parallel=None):  # fmt: skip
         self.cfg, self.actor, self.ref, self.tokenizer = cfg, actor, ref, tokenizer
         self.optimizer, self.kl_ctl, self.sampler = optimizer, kl_ctl, sampler or Sampler(actor.lm)  # chapter 09
         self.train_records, self.prompt_fn, self.score_fn = records, prompt_fn, score_fn
         self.critic = actor.value_head is not None  # False for GRPO, RLOO, REINFORCE++ (chapter 07)
         self.shuffle_gen = torch.Generator().manual_seed(cfg.train.seed)  # minibatch order; saved in checkpoints
         self.minibatch_update = minibatch_update  # chapter 05 swaps in the learner's own version
+        self.data_parallel = data_parallel or OneProcess()  # shard / gather / update (run.distributed: N ranks)
         self.hparams = update_kwargs(cfg)  # clip_eps, vf_coef, ... of minibatch_update
         p = cfg.ppo  # step 4's estimator reads these (registry.ADV_ESTIMATORS)
         self.adv_options = AdvantageOptions(p.gamma, p.lam, p.lam_value, cfg.rollout.group_size,
                                             cfg.algo.norm_adv_by_std_in_grpo)  # fmt: skip
         self.step_count, self.last_step, self.times = 0, None, {}
-        self.correction_stats = {}  # chapter 09's mismatch/ and correction/ metrics of the last minibatch_data
 
     def prompt_batch(self, step: int) -> list[dict]:
         """The records of PPO step ``step`` (1-based): a fresh seeded permutation each pass over the data.
@@ -99,27 +130,32 @@ class PPOTrainer:
     def prompts(self, records: list[dict]) -> list[str]:
         return self.prompt_fn(records)
 
-    def step(self) -> dict:
-        """One PPO iteration: ``collect`` (1 sample, 2 score), ``learn`` (3 rewards .. 6 KL control); its metrics."""
+    def step(self, collect=None) -> dict:
+        """One PPO iteration: ``collect`` (1 sample, 2 score), ``learn`` (3 rewards .. 6 KL control); its metrics.
+
+        ``collect(records) -> Rollout``: how the step gathers a batch, ``self.collect`` unless given (the run
+        passes its guarded one)."""
+        collect = collect or self.collect
         records = self.prompt_batch(self.step_count + 1)
-        ro, extra = self.collect(records), {}
+        ro, extra = collect(records), {}
         if self.cfg.algo.dynamic_sampling:  # chapter 08 (DAPO): drop groups whose scores agree, sample more
-            records, ro, extra = self.refill(records, ro)
+            records, ro, extra = self.refill(records, ro, collect)
         metrics = {**self.learn(ro), **extra}
         self.step_count += 1
         lengths = ro.mask.sum(1).float()
         return {"rollout/reward_mean": ro.scores.mean().item(), "rollout/response_length": lengths.mean().item(),
                 **metrics, **self.times}  # fmt: skip
 
-    def refill(self, records: list[dict], ro: Rollout) -> tuple[list, Rollout, dict]:
-        """Chapter 08's dynamic sampling: keep the groups whose scores disagree (``dapo.DynamicSampling``), collect
-        more prompts while it asks for them; the kept (records, rollout) and the metrics. Times add up."""
-        cfg, step = self.cfg, self.step_count + 1
-        G, B = cfg.rollout.group_size, cfg.rollout.batch_size
-        kept, times = dapo.DynamicSampling(G, B, cfg.algo.max_sampling_rounds), dict(self.times)
-        while kept.add(records, ro):  # more to sample
-            records = dapo.extra_records(self.train_records, cfg.train.seed, step, kept.rounds, B, G)
-            ro = self.collect(records)
+    def refill(self, records: list[dict], ro: Rollout, collect) -> tuple[list, Rollout, dict]:
+        """Chapter 08's dynamic sampling: ``dapo.DynamicSampling`` keeps the groups whose scores disagree and
+        returns the prompts it needs next; ``collect`` samples them, until it needs none. The kept (records,
+        rollout) and the metrics. Times add up."""
+        cfg = self.cfg
+        kept = dapo.DynamicSampling(cfg.rollout.group_size, cfg.rollout.batch_size, cfg.algo.max_sampling_rounds,
+                                    self.train_records, cfg.train.seed, self.step_count + 1)  # fmt: skip
+        times = dict(self.times)
+        while (records := kept.add(records, ro)) is not None:  # the prompts to sample next
+            ro = collect(records)
             times = {k: times.get(k, 0.0) + v for k, v in self.times.items()}
         self.times = times
         return kept.batch(self.tokenizer.pad_token_id)
@@ -127,6 +163,7 @@ class PPOTrainer:
     def collect(self, records: list[dict]) -> Rollout:
         """Steps 1-2: sample a response per record, score it (old logprobs, values, reference logprobs, task score)."""
         cfg, t0 = self.cfg, time.perf_counter()
+        records = self.data_parallel.shard(records, self.step_count + 1)  # N ranks: this rank's share
         self.actor.eval()
         cache = PromptCache() if cfg.train.fast_paths and not self.sampler.own else None  # beside the rollout
         ro = sample(self.sampler.lm, self.tokenizer, self.prompts(records), cfg.rollout.max_new_tokens,  # 1. sample
@@ -137,7 +174,7 @@ class PPOTrainer:
         ro.scores = self.score_fn(records, ro.completions)
         dapo.shape_rollout(ro, cfg, stop_token_ids(self.actor.lm, self.tokenizer))  # chapter 08's switches, if on
         self.times = {"time/rollout": t1 - t0, "time/score": time.perf_counter() - t1}
-        return ro
+        return self.data_parallel.gather(ro, self.tokenizer.pad_token_id)  # N ranks: every rank holds the whole batch
 
     def learn(self, ro: Rollout) -> dict:
         """Steps 3-6 on a scored rollout; returns the update's and the KL's metrics, keeps ``last_step``."""
@@ -153,7 +190,7 @@ class PPOTrainer:
         advantages = masked_whiten(advantages_raw, ro.mask) if whiten else advantages_raw
         # 5. update: ppo_epochs passes over shuffled minibatches (a value warm-up step: the critic alone)
         warmup = self.critic and self.step_count < p.value_warmup_steps  # this is step step_count + 1
-        data = self.minibatch_data(ro, advantages, returns)
+        data, correction_stats = self.minibatch_data(ro, advantages, returns)
         self.actor.train()
         skipped = []
         stats, schedule = self.update(data, p.ppo_epochs, self.value_step if warmup else self.policy_step, skipped)
@@ -189,12 +226,13 @@ class PPOTrainer:
             "kl/coef": kl_coef,
             **({"value/explained_variance": explained_variance(ro.values, returns, ro.mask)} if self.critic else {}),
             **({"value/warmup": 1.0} if warmup else {}),
-            **(stats | self.correction_stats),  # chapter 09's mismatch/ and correction/ metrics
+            **(stats | correction_stats),  # chapter 09's mismatch/ and correction/ metrics
         }
 
-    def minibatch_data(self, ro: Rollout, advantages, returns) -> dict:
-        """The (B, ...) tensors that step 5 cuts into minibatches (what ``minibatch_update`` reads), and ``keep``."""
-        policy, self.correction_stats = policy_inputs(ro.logprobs, ro.behaviour_logprobs, ro.mask, self.cfg.correction)
+    def minibatch_data(self, ro: Rollout, advantages, returns) -> tuple[dict, dict]:
+        """The (B, ...) tensors that step 5 cuts into minibatches (what ``minibatch_update`` reads), and ``keep``;
+        with them chapter 09's mismatch/ and correction/ metrics of the rollout (empty without a correction)."""
+        policy, correction_stats = policy_inputs(ro.logprobs, ro.behaviour_logprobs, ro.mask, self.cfg.correction)
         data = {
             "input_ids": ro.input_ids,
             "attention_mask": ro.attention_mask,
@@ -208,13 +246,15 @@ class PPOTrainer:
             "keep": ro.keep,  # the slice [P-1 : P+T-1] of the positions that score the response
             "sampling_mask": ro.sampling_mask,  # chapter 09: the sampler's top-k/top-p support, if kept
         }
-        return {key: v for key, v in data.items() if v is not None}  # no critic: no values, no returns
+        data = {key: v for key, v in data.items() if v is not None}  # no critic: no values, no returns
+        return data, correction_stats
 
     def policy_step(self, mb: dict, first: bool) -> dict:
         """One PPO minibatch update; the first of a step checks that the ratio is 1 (``train.check_ratio``)."""
         check = self.cfg.train.check_ratio and first and self.sampler.starts_at_ratio_one(self.cfg.correction)
         ratio_tol = self.cfg.train.ratio_tol if check else None
-        return self.minibatch_update(self.actor, self.optimizer, mb, **self.hparams, ratio_tol=ratio_tol)
+        return self.data_parallel.update(self.minibatch_update, self.actor, self.optimizer, mb, **self.hparams,
+                                         ratio_tol=ratio_tol)  # fmt: skip
 
     def value_step(self, mb: dict, first: bool) -> dict:
         """One critic-only update (value warm-up, ``ppo.value_epochs``): the policy cannot move."""

@@ -2,7 +2,7 @@
 
 argv: model path, run folder, rollout file, output file, then extra config overrides. The rollout file
 is a saved rollout, or ``collect``: the ranks sample and score step 1's prompts themselves
-(``DistributedPPOTrainer.collect``: each rank its slice, then gathered), and rank 0 also saves the
+(``PPOTrainer.collect`` with a ``DataParallel``: each rank its slice, then gathered), and rank 0 also saves the
 gathered rollout and the step's records to ``{output}.rollout``. Each rank writes its weights and the
 update's stats to ``{output}.rank{r}``.
 """
@@ -12,7 +12,8 @@ import sys
 import torch
 
 from ppo_core.run.config import load_config
-from ppo_core.run.distributed import DistributedPPOTrainer, rank
+from ppo_core.run.distributed import rank
+from ppo_core.run.runner import build_trainer
 
 model, out, rollout_file, result, *extra = sys.argv[1:]
 overrides = [
@@ -28,7 +29,7 @@ overrides = [
     "ppo.lr=1e-2",
     *extra,
 ]
-trainer = DistributedPPOTrainer(load_config("cpu", overrides))
+trainer = build_trainer(load_config("cpu", overrides))  # under torchrun: a RunTrainer with a DataParallel
 if rollout_file == "collect":
     records = trainer.prompt_batch(1)
     ro = trainer.collect(records)
@@ -36,7 +37,7 @@ if rollout_file == "collect":
         torch.save({"rollout": ro, "records": records}, f"{result}.rollout")
 else:
     ro = torch.load(rollout_file, weights_only=False)
-    trainer.times = {"time/rollout": 0.0, "time/score": 0.0}  # learn() adds its own time to these
+    trainer.ppo.times = {"time/rollout": 0.0, "time/score": 0.0}  # learn() adds its own time to these
 metrics = trainer.learn(ro)
 state = {k: v.detach().clone() for k, v in trainer.actor.state_dict().items()}
 torch.save({"state": state, "metrics": metrics}, f"{result}.rank{rank()}")

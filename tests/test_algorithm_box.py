@@ -44,14 +44,14 @@ def run_package_step(trainer: RunTrainer, fixed: dict, monkeypatch) -> dict:
         ref_logprobs=fixed["ref_logprobs"].clone(),
         behaviour_logprobs=fixed["behaviour_logprobs"].clone(),  # read only with a correction (chapter 09)
     )
-    update = trainer.minibatch_update
+    update = trainer.ppo.minibatch_update
 
     def update_spy(actor, optimizer, mb, **kwargs):
         stats = update(actor, optimizer, mb, **kwargs)
         seen["batches"].append({**{k: v.clone() for k, v in mb.items() if torch.is_tensor(v)}, "stats": stats})
         return stats
 
-    monkeypatch.setattr(trainer, "minibatch_update", update_spy)
+    monkeypatch.setattr(trainer.ppo, "minibatch_update", update_spy)
     import ppo_core.trainer as trainer_module
 
     value_update = trainer_module.value_update
@@ -275,7 +275,7 @@ def test_warmup_step_moves_only_the_critic(tiny_model_path, tmp_path, monkeypatc
     assert got["controller_inputs"] == [] and got["kl_coef_after"] == cfg["kl_coef"] == got["logged_kl_coef"]
     assert got["metrics"]["value/warmup"] == 1.0 and "policy/loss" not in got["metrics"]
     assert got["metrics"]["value/loss"] > 0 and got["metrics"]["train/skipped"] == 0.0
-    tr.step_count = 1  # step 2: past the warm-up, PPO proper
+    tr.ppo.step_count = 1  # step 2: past the warm-up, PPO proper
     got = run_package_step(tr, fixed_rollout, monkeypatch)
     assert "value/warmup" not in got["metrics"] and "policy/loss" in got["metrics"]
     assert len(got["controller_inputs"]) == 1 and got["kl_coef_after"] != cfg["kl_coef"]

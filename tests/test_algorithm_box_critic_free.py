@@ -134,7 +134,7 @@ def test_critic_free_step_against_naive_loops(name, tiny_model_path, tmp_path, f
     tr = critic_free_trainer(tiny_model_path, tmp_path / "run", case, gamma, kl_coef)
     assert tr.actor.value_head is None
     seen, losses = [], []
-    update = tr.minibatch_update
+    update = tr.ppo.minibatch_update
     a = tr.cfg.algo
     kl_coef_loss = a.kl_loss_coef if case["kl_loss"] else 0.0
 
@@ -147,7 +147,7 @@ def test_critic_free_step_against_naive_loops(name, tiny_model_path, tmp_path, f
         losses.append((want, stats))
         return stats
 
-    monkeypatch.setattr(tr, "minibatch_update", spy)
+    monkeypatch.setattr(tr.ppo, "minibatch_update", spy)
     f = fixed_rollout
     keys = ["input_ids", "attention_mask", "response_ids", "mask", "scores", "logprobs", "ref_logprobs"]
     ro = Rollout(prompt_len=f["prompt_len"], values=None, **{k: f[k].clone() for k in keys})

@@ -169,13 +169,13 @@ def test_decoupled_lambda_trains_the_critic_on_compute_gae_with_lam_value(tiny_m
     )
     tr.reward_fn = lambda completion, answer: float(len(completion) % 3)  # an untrained model scores 0
     seen = {}
-    real_data = tr.minibatch_data
+    real_data = tr.ppo.minibatch_data
 
     def spy(ro, advantages, returns):  # what step 5 cuts into minibatches
         seen.update(ro=ro, advantages=advantages, returns=returns)
         return real_data(ro, advantages, returns)
 
-    tr.minibatch_data = spy
+    tr.ppo.minibatch_data = spy
     tr.step()
     ro, rewards = seen["ro"], tr.last_step.rewards
     want_adv, _ = compute_gae(rewards, ro.values, ro.mask, 1.0, 0.9)

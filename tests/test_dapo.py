@@ -85,7 +85,7 @@ def test_dynamic_sampling_refills_the_batch_with_groups_that_disagree(dapo_train
 
     real_learn = tr.learn
     monkeypatch.setattr(tr, "collect", collect)
-    monkeypatch.setattr(tr, "learn", lambda ro: seen.setdefault("ro", ro) and real_learn(ro))
+    monkeypatch.setattr(tr.ppo, "learn", lambda ro: seen.setdefault("ro", ro) and real_learn(ro))
     metrics = tr.step()
     ro = seen["ro"]
     assert ro.input_ids.shape[0] == 16 and len(ro.completions) == 16

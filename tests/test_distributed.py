@@ -148,7 +148,7 @@ def test_two_ranks_grpo_groups_and_a_reward_model(tiny_model_path, rm_path, tmp_
     assert len({tuple(ro.input_ids[i, :P].tolist()) for i in range(16)}) == 4
     torch.testing.assert_close(ro.scores, tr.sequence_scores(records, ro.completions))  # the RM, row for row
 
-    tr.times = {"time/rollout": 0.0, "time/score": 0.0}
+    tr.ppo.times = {"time/rollout": 0.0, "time/score": 0.0}
     state0 = {k: v.clone() for k, v in tr.actor.state_dict().items()}
     want = tr.learn(ro)
     tr.logger.close()
@@ -186,23 +186,21 @@ def test_loss_units_follow_the_aggregation():
 
 @pytest.mark.slow
 def test_each_rank_samples_from_a_stream_of_seed_step_and_rank(tiny_model_path, tmp_path, monkeypatch, one_thread):
-    """``DistributedPPOTrainer.collect`` in this process as rank 0 or 1 of 2 (the gather left out): rank r
-    samples its half of the records from torch seeded by (train.seed, step, rank) alone. Both halves hold
-    the same prompt, so the two ranks' responses differ only through their streams."""
-    from ppo_core.run import distributed
+    """``PPOTrainer.collect`` with a ``DataParallel`` in this process as rank 0 or 1 of 2 (the gather left out):
+    rank r samples its half of the records from torch seeded by (train.seed, step, rank) alone. Both halves
+    hold the same prompt, so the two ranks' responses differ only through their streams."""
+    from ppo_core.run.distributed import DataParallel
 
     tr = RunTrainer(load_config("cpu", _overrides(tiny_model_path, tmp_path / "run", 2)))
-    trainer = object.__new__(distributed.DistributedPPOTrainer)
-    trainer.__dict__.update(tr.__dict__)
-    monkeypatch.setattr(distributed, "world_size", lambda: 2)
-    monkeypatch.setattr(distributed, "gather_rollout", lambda ro, pad_id: ro)
+    monkeypatch.setattr(DataParallel, "gather", lambda self, ro, pad_id: ro)
     records = tr.prompt_batch(1)[:1] * 8
 
     def draw(r, step_count, rng_before=0):
-        monkeypatch.setattr(distributed, "rank", lambda: r)
-        trainer.step_count = step_count
+        dp = DataParallel(tr.cfg.train.seed)
+        dp.rank, dp.world_size = r, 2
+        tr.ppo.data_parallel, tr.ppo.step_count = dp, step_count
         torch.manual_seed(rng_before)  # whatever the run drew before does not matter
-        ro = trainer.collect(records)
+        ro = tr.collect(records)
         assert ro.input_ids.shape[0] == 4  # this rank's half
         return ro.response_ids
 

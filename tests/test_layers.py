@@ -196,3 +196,38 @@ def test_the_package_docstring_draws_every_module_in_its_layer():
         if leaf not in rows[row]:
             missing.append(f"{module} is not in the {by_row[layer(module)]} row")
     assert missing == []
+
+
+def composition_faults(sources: dict[str, str]) -> list[str]:
+    """The trainer is composed, not extended: every class that subclasses a ``...Trainer``, every function below
+    run/ with a ``trainer`` parameter (a module handed the trainer calls back up), and every swap of a trainer
+    method by assignment (``x.minibatch_update = ...``) outside the trainer's own ``self``."""
+    found = []
+    for module, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef):
+                bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+                found += [f"{module}: {node.name} subclasses {b}" for b in bases if b.endswith("Trainer")]
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and layer(module) < 2:
+                names = [a.arg for a in node.args.args + node.args.kwonlyargs]
+                found += [f"{module}: {node.name} takes a trainer" for n in names if n == "trainer"]
+            elif isinstance(node, ast.Assign):
+                for t in node.targets:
+                    swapped = isinstance(t, ast.Attribute) and t.attr == "minibatch_update"
+                    if swapped and not (isinstance(t.value, ast.Name) and t.value.id == "self"):
+                        found.append(f"{module}: {ast.unparse(t)} swapped by assignment")
+    return found
+
+
+def test_the_run_composes_the_trainer():
+    assert composition_faults(package_sources()) == []
+    planted = {
+        "run.distributed": "class DistributedPPOTrainer(RunTrainer):\n    pass\n",
+        "dapo": "def dynamic_sampling(trainer, records):\n    return trainer.collect(records)\n",
+        "run.other": "def attach(tr):\n    tr.minibatch_update = swap(tr.minibatch_update)\n",
+    }
+    assert composition_faults(planted) == [
+        "run.distributed: DistributedPPOTrainer subclasses RunTrainer",
+        "dapo: dynamic_sampling takes a trainer",
+        "run.other: tr.minibatch_update swapped by assignment",
+    ]

@@ -126,7 +126,7 @@ GRPO = ("algo.adv_estimator=grpo", "rollout.group_size=4", "algo.use_kl_in_rewar
 
 
 def _update_data(ro) -> dict:
-    """One minibatch of the whole rollout, as RunTrainer.update builds it (no values: no critic)."""
+    """One minibatch of the whole rollout, as PPOTrainer.update builds it (no values: no critic)."""
     keys = ("input_ids", "attention_mask", "response_ids", "mask")
     return {
         **{k: getattr(ro, k) for k in keys},
@@ -148,7 +148,7 @@ def test_lora_without_a_critic_with_the_kl_in_the_loss(tiny_model_path, tiny_ove
     assert sum(len(g["params"]) for g in tr.optimizer.param_groups) == len(trained)
     ro = tr.collect(tr.prompt_batch(1))
     assert ro.values is None
-    loss_fn, h = tr.hparams["loss_fn"], tr.hparams
+    loss_fn, h = tr.ppo.hparams["loss_fn"], tr.ppo.hparams
     args = (h["clip_eps"], h["vf_clip_eps"], h["vf_coef"], h["ent_coef"], h["temperature"])
     with torch.no_grad():
         _, before = loss_fn(tr.actor, _update_data(ro), *args)

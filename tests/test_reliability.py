@@ -30,6 +30,7 @@ from ppo_core.run.guards import NonFiniteError
 from ppo_core.run.metrics import read_metrics
 from ppo_core.run.runner import RunTrainer
 from ppo_core.train import main
+from ppo_core.trainer import PPOTrainer
 
 # Three steps, a checkpoint after each (keep two), an adaptive KL coefficient (so the KL controller's
 # state matters on resume), one thread (so a subprocess and this process compute the same numbers).
@@ -426,7 +427,7 @@ def test_nan_rollout_stops_before_the_update(tiny_model_path, tmp_path, monkeypa
 
 @pytest.mark.slow
 def test_nan_parameters_stop_the_run_and_the_last_good_checkpoint_stays(tiny_model_path, tmp_path, monkeypatch, capsys):
-    real = RunTrainer.update
+    real = PPOTrainer.update
 
     def poisoned_update(self, *args):
         out = real(self, *args)
@@ -434,7 +435,7 @@ def test_nan_parameters_stop_the_run_and_the_last_good_checkpoint_stays(tiny_mod
             self.actor.value_head.weight.data[0, 0] = float("nan")
         return out
 
-    monkeypatch.setattr(RunTrainer, "update", poisoned_update)
+    monkeypatch.setattr(PPOTrainer, "update", poisoned_update)
     out = tmp_path / "run"
     assert main(_overrides(tiny_model_path, out, 3)) == 3
     err = capsys.readouterr().err.strip()

@@ -117,14 +117,15 @@ def test_bf16_sampler_makes_a_measured_mismatch_and_bypass_clips_against_it(tiny
     assert 0 < m["correction/weight_min"] < 1 < m["correction/weight_max"]
     tr = make(tiny_model_path, tmp_path / "b", "sampler.dtype=bfloat16", "correction.mode=bypass")
     seen = []
-    update = tr.minibatch_update
-    tr.minibatch_update = lambda actor, opt, mb, **kw: seen.append(mb["old_logprobs"]) or update(actor, opt, mb, **kw)
+    box = tr.ppo
+    update = box.minibatch_update
+    box.minibatch_update = lambda actor, opt, mb, **kw: seen.append(mb["old_logprobs"]) or update(actor, opt, mb, **kw)
     ro = tr.collect(tr.prompt_batch(1))
     tr.learn(ro)  # the ratio check is on, and is skipped: against mu the ratio is not 1
     for old in seen:  # every minibatch clips against rows of mu, none against pi_old's
         assert (old[:, None, :] == ro.behaviour_logprobs[None]).all(-1).any(1).all()
         assert not (old[:, None, :] == ro.logprobs[None]).all(-1).any()
-    assert tr.sampler.lm.dtype == torch.bfloat16 and tr.cfg.train.check_ratio
+    assert tr.ppo.sampler.lm.dtype == torch.bfloat16 and tr.cfg.train.check_ratio
 
 
 def test_weight_noise_is_one_fixed_draw_of_its_scale():

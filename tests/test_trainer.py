@@ -70,6 +70,23 @@ def _trainer(tiny_model_path, tmp_path, *extra):
     return RunTrainer(load_config("cpu", _tiny_overrides(tiny_model_path, tmp_path / "run", 1, *extra)))
 
 
+def test_the_run_holds_the_algorithm_box_and_refuses_to_shadow_it(tiny_model_path, tmp_path):
+    """``RunTrainer`` composes ``PPOTrainer`` (``run.ppo``), it does not extend it; what it forwards is the box's own
+    object, and setting on the run a name the box owns (which the box would never read) raises, naming ``ppo``."""
+    from ppo_core.trainer import PPOTrainer
+
+    tr = _trainer(tiny_model_path, tmp_path)
+    assert not isinstance(tr, PPOTrainer) and isinstance(tr.ppo, PPOTrainer)
+    assert tr.actor is tr.ppo.actor and tr.kl_ctl is tr.ppo.kl_ctl and tr.step_count == tr.ppo.step_count == 0
+    for name, value in (("minibatch_update", print), ("step_count", 3), ("actor", None), ("train_records", [])):
+        with pytest.raises(AttributeError, match=f"set run.ppo.{name} instead|has no setter"):
+            setattr(tr, name, value)
+    tr.ppo.step_count = 3  # through the box: the run reads it
+    assert tr.step_count == 3
+    tr.reward_fn = lambda completion, answer: 0.0  # the run's own attributes stay settable
+    tr.logger.close()
+
+
 def test_ratio_check_fires_when_training_forward_differs(tiny_model_path, tiny_overrides, tmp_path):
     """With a different temperature in the update than at rollout, the first ratio is not 1: caught."""
     tr = _trainer(tiny_model_path, tmp_path, "rollout.temperature=0.7")
@@ -315,7 +332,7 @@ def test_the_minibatch_order_follows_train_seed(tiny_model_path, tmp_path):
     """The shuffle generator (minibatch order) starts from train.seed: the same seed, the same order; another
     seed, another order."""
     orders = [
-        torch.randperm(64, generator=_trainer(tiny_model_path, tmp_path / f"{i}", f"train.seed={seed}").shuffle_gen)
+        torch.randperm(64, generator=_trainer(tiny_model_path, tmp_path / f"{i}", f"train.seed={seed}").ppo.shuffle_gen)
         for i, seed in enumerate((1, 1, 2))
     ]
     assert torch.equal(orders[0], orders[1]) and not torch.equal(orders[0], orders[2])

@@ -4,7 +4,7 @@
 | ------------------- | ---------------------------------------------------------------------- |
 | run.config          | typed config, presets (``run/configs/*.yaml``), key=value overrides    |
 | run.setup           | device, task, models, optimizer and KL controller built from a config  |
-| run.runner          | ``build_trainer(cfg)``: the trainer handed its parts, with a run around |
+| run.runner          | ``build_trainer(cfg)``: a run that holds the trainer (``run.ppo``)     |
 | run.loop            | the run: evaluate, steps with checkpoints and signals, final/, summary |
 | run.resume          | what a checkpoint holds; fresh start or resume of a run folder         |
 | run.checkpoint      | atomic checkpoint folders, recovery, pruning, resume checks, signals   |
@@ -16,5 +16,5 @@
 | run.rm              | ``python -m ppo_core.train_rm``: the reward model's config and run     |
 | run.overoptimisation | PPO against a learned reward: proxy, gold and sqrt(KL) per step      |
 | run.lora            | LoRA through peft: adapters, the reference with them off, checkpoints  |
-| run.distributed     | data parallel under ``torchrun``: sliced sampling, gathered batch      |
+| run.distributed     | ``DataParallel`` under ``torchrun``: sliced sampling, gathered batch   |
 """

@@ -22,7 +22,6 @@ import torch
 from transformers.utils.logging import disable_progress_bar, enable_progress_bar, is_progress_bar_enabled
 
 from ..update import RatioCheckError
-from . import distributed
 from .checkpoint import CheckpointWriteError, latest_checkpoint
 from .config import PRESETS, ConfigError, load_config
 from .evaluation import evaluate_checkpoint
@@ -66,8 +65,7 @@ def _run(args) -> int:
         cfg = load_config(args.config, args.overrides)
         if not cfg.train.progress:  # also transformers' own bars (loading and writing weights)
             disable_progress_bar()
-        build = distributed.DistributedPPOTrainer if distributed.launched_by_torchrun() else build_trainer
-        summary = build(cfg).train()  # torchrun --nproc_per_node=N: data parallel (run/distributed.py)
+        summary = build_trainer(cfg).train()  # under torchrun --nproc_per_node=N: data parallel (run/distributed.py)
     except ConfigError as err:  # bad config, data, model path or device: nothing was written
         return _fail(err, 2)
     except KeyboardInterrupt:  # a second Ctrl-C, or one during start-up

@@ -27,13 +27,17 @@ wrapper would hide, and the token reweighting has to happen in the loss anyway. 
 once per backward; with ``ppo.grad_accum_steps > 1`` that stays exact, because the already averaged
 part of the gradient is equal on every rank and the average is linear.
 
+Data parallelism is an object, not a trainer of its own: ``join(cfg)`` joins the process group and returns the
+rank's config with a ``DataParallel``, which ``run.runner.build_trainer`` hands to the same ``RunTrainer`` a
+single process builds (``PPOTrainer`` calls its ``shard``, ``gather`` and ``update``; the run its ``attach``
+and ``check_weights``).
+
 Rank 0 alone writes the run folder and its checkpoints. Rank r > 0 runs the same loop with its logs
 in ``output_dir/.rank{r}/`` (no intermediate checkpoints; transformers itself saves model weights
 from rank 0 only); it resumes from rank 0's checkpoint. At the end every rank hashes its weights and
 rank 0 writes the digests to ``ranks.json``; the run fails if they differ.
 """
 
-import functools
 import hashlib
 import json
 import os
@@ -50,7 +54,6 @@ from ..update import ppo_loss
 from ..utils import stream_seed
 from . import resume
 from .config import ConfigError, derive
-from .runner import RunTrainer
 from .setup import resolve_device
 
 __all__ = [
@@ -58,10 +61,10 @@ __all__ = [
     "rank",
     "world_size",
     "init",
-    "attach",
+    "join",
     "check_world",
     "weights_digest",
-    "DistributedPPOTrainer",
+    "DataParallel",
 ]
 
 
@@ -147,17 +150,6 @@ def _distributed_update(minibatch_update, actor, optimizer, mb: dict, **kwargs) 
     return out
 
 
-def attach(trainer) -> None:
-    """Make ``trainer``'s update data parallel: same weights everywhere, gradient averaging, global stats.
-
-    Whitening and the logged means are over the global batch because every rank holds the whole
-    rollout (step 2 in the module doc).
-    """
-    broadcast_parameters(trainer.actor)
-    sync_gradients(trainer.actor)
-    trainer.minibatch_update = functools.partial(_distributed_update, trainer.minibatch_update)
-
-
 def gather_rollout(ro, pad_id: int):
     """Every rank's scored rollout, concatenated in rank order, on every rank."""
     sizes = [None] * world_size()
@@ -201,46 +193,65 @@ def rank_settings(cfg, r: int, main_resume) -> dict:
     }
 
 
-class DistributedPPOTrainer(RunTrainer):
-    """``RunTrainer`` for one of N ranks (see the module doc). Build it inside the process group."""
+class DataParallel:
+    """One of N ranks' share of each step (the module doc), passed to ``PPOTrainer`` as its ``data_parallel``.
 
-    def __init__(self, cfg):
-        init(_device(cfg))
-        r, n = rank(), world_size()
-        check_world(cfg, n)
-        refused = None
-        if r > 0:  # logs in a private folder; resume from rank 0's checkpoint
-            try:
-                main_resume = resume.resume_path(cfg)
-            except ConfigError as err:  # rank 0 refuses the same way in RunTrainer.__init__
-                refused = err
-            else:
-                cfg = derive(cfg, rank_settings(cfg, r, main_resume))
-        dist.barrier()  # every rank > 0 has read which checkpoint to resume before rank 0 sets anything aside
-        if refused is not None:
-            raise refused
-        super().__init__(cfg)
-        attach(self)
+    ``shard``, ``gather`` and ``update`` are the trainer's side (step 1's slice of the records and its
+    sampling stream, step 2's gather, step 3's update on the rank's share); ``attach`` and ``check_weights``
+    the run's (same starting weights and gradient averaging; bit-identical weights at the end).
+    """
 
-    def train(self) -> dict:
-        """The run, then a check that every rank ends with bit-identical weights (``ranks.json``)."""
-        summary = super().train()
-        digests = [None] * world_size()
-        dist.all_gather_object(digests, weights_digest(self.actor))
-        if rank() == 0:
-            (self.out / "ranks.json").write_text(json.dumps({"world_size": world_size(), "weights": digests}))
+    def __init__(self, seed: int):
+        self.seed, self.rank, self.world_size = seed, rank(), world_size()
+
+    def shard(self, records: list, step: int) -> list:
+        """This rank's contiguous slice of the step's records; seeds torch with its sampling stream."""
+        seed = stream_seed(self.seed, "rank_sampling", step, self.rank)
+        torch.manual_seed(seed)  # this rank's sampling stream: a pure function of (seed, step, rank)
+        b, n, r = len(records), self.world_size, self.rank
+        return records[r * b // n : (r + 1) * b // n]
+
+    def gather(self, ro: Rollout, pad_id: int) -> Rollout:
+        """Every rank's scored rollout, in rank order, on every rank."""
+        return gather_rollout(ro, pad_id)
+
+    def update(self, minibatch_update, actor, optimizer, mb: dict, **kwargs) -> dict:
+        """``minibatch_update`` on this rank's share of ``mb``; statistics over the global minibatch."""
+        return _distributed_update(minibatch_update, actor, optimizer, mb, **kwargs)
+
+    def attach(self, actor) -> None:
+        """Start from rank 0's weights and average every gradient over the ranks (after a resume has loaded them)."""
+        broadcast_parameters(actor)
+        sync_gradients(actor)
+
+    def check_weights(self, actor, out: Path) -> None:
+        """After the run: every rank's weights must be bit-identical; rank 0 writes the digests to ``ranks.json``."""
+        digests = [None] * self.world_size
+        dist.all_gather_object(digests, weights_digest(actor))
+        if self.rank == 0:
+            (out / "ranks.json").write_text(json.dumps({"world_size": self.world_size, "weights": digests}))
         if len(set(digests)) > 1:
             raise RuntimeError(f"the ranks' weights diverged (sha256 per rank: {digests})")
-        return summary
 
-    def collect(self, records):
-        n, b = world_size(), len(records)
-        seed = stream_seed(self.cfg.train.seed, "rank_sampling", self.step_count + 1, rank())
-        torch.manual_seed(seed)  # this rank's sampling stream: a pure function of (seed, step, rank)
-        local = records[rank() * b // n : (rank() + 1) * b // n]
-        ro = gather_rollout(super().collect(local), self.tokenizer.pad_token_id)
-        self.batch = (records, ro)  # the whole batch, for the logs
-        return ro
+
+def join(cfg):
+    """Join torchrun's process group: (this rank's config, its ``DataParallel``). Rank r > 0 gets its own logs
+    folder and rank 0's checkpoint to resume from (``rank_settings``); a batch the ranks cannot share is refused."""
+    init(_device(cfg))
+    r, n = rank(), world_size()
+    check_world(cfg, n)
+    refused = None
+    if r > 0:  # logs in a private folder; resume from rank 0's checkpoint
+        try:
+            main_resume = resume.resume_path(cfg)
+        except ConfigError as err:  # rank 0 refuses the same way in RunTrainer.__init__
+            refused = err
+        else:
+            cfg = derive(cfg, rank_settings(cfg, r, main_resume))
+    dist.barrier()  # every rank > 0 has read which checkpoint to resume before rank 0 sets anything aside
+    if refused is not None:
+        raise refused
+    return cfg, DataParallel(cfg.train.seed)
 
 
 def weights_digest(actor) -> str:

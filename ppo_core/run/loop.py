@@ -54,7 +54,7 @@ def train(trainer) -> dict:
             raise
     summary.update(_evaluate(trainer, "after"))
     records = read_metrics(out)
-    if trainer.critic:
+    if trainer.ppo.critic:
         summary["last10/value/explained_variance"] = last_mean(records, "value/explained_variance")
     plt.close(plot_dashboard(records, out / "dashboard.png"))
     trainer.logger.close()

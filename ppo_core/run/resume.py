@@ -113,7 +113,7 @@ def save_checkpoint(trainer, name: str) -> Path:
         "kl_coef": trainer.kl_ctl.value,
         "init_path": str(trainer.init_path),
         "torch_rng": torch.get_rng_state(),
-        "shuffle_rng": trainer.shuffle_gen.get_state(),
+        "shuffle_rng": trainer.ppo.shuffle_gen.get_state(),
         "numpy_rng": np.random.get_state(),
         "python_rng": random.getstate(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
@@ -168,9 +168,9 @@ def load_checkpoint(trainer, path) -> None:
                           "settings it was saved with") from None  # fmt: skip
     for group, lr in zip(trainer.optimizer.param_groups, lrs):
         group["lr"] = lr  # load_state_dict brought back the saved learning rates; a changed ppo.lr/value_lr wins
-    trainer.step_count, trainer.kl_ctl.value = state["step"], state["kl_coef"]
+    trainer.ppo.step_count, trainer.kl_ctl.value = state["step"], state["kl_coef"]
     torch.set_rng_state(state["torch_rng"])
-    trainer.shuffle_gen.set_state(state["shuffle_rng"])
+    trainer.ppo.shuffle_gen.set_state(state["shuffle_rng"])
     np.random.set_state(state["numpy_rng"])
     random.setstate(state["python_rng"])
     if state.get("cuda_rng") is not None and torch.cuda.is_available():
