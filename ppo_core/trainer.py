@@ -109,6 +109,7 @@ class PPOTrainer:
         self.adv_options = AdvantageOptions(p.gamma, p.lam, p.lam_value, cfg.rollout.group_size,
                                             cfg.algo.norm_adv_by_std_in_grpo)  # fmt: skip
         self.step_count, self.last_step, self.times = 0, None, {}
+        self.last_batch = None  # the (records, rollout) the last step trained on: dynamic sampling's kept groups
 
     def prompt_batch(self, step: int) -> list[dict]:
         """The records of PPO step ``step`` (1-based): a fresh seeded permutation each pass over the data.
@@ -141,7 +142,7 @@ class PPOTrainer:
         if self.cfg.algo.dynamic_sampling:  # chapter 08 (DAPO): drop groups whose scores agree, sample more
             records, ro, extra = self.refill(records, ro, collect)
         metrics = {**self.learn(ro), **extra}
-        self.step_count += 1
+        self.step_count, self.last_batch = self.step_count + 1, (records, ro)
         lengths = ro.mask.sum(1).float()
         return {"rollout/reward_mean": ro.scores.mean().item(), "rollout/response_length": lengths.mean().item(),
                 **metrics, **self.times}  # fmt: skip

@@ -95,6 +95,11 @@ def test_dynamic_sampling_refills_the_batch_with_groups_that_disagree(dapo_train
     assert kept[0] is calls[0][4] and ro.scores[:8].tolist() == [0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
     if len(calls) < tr.cfg.algo.max_sampling_rounds:  # filled before the last round: no group agrees
         assert not dapo.agreeing_groups(ro.scores, 4).any()
+    # the run logs the batch it trained on (the kept groups), not the last sampling round
+    records, trained = tr.ppo.last_batch
+    assert trained is ro and records[0] is calls[0][4] and records[4] is calls[0][12]
+    correct = [tr.correct_fn(c, r["answer"]) for c, r in zip(ro.completions, records)]
+    assert metrics["rollout/correct_rate"] == pytest.approx(sum(correct) / 16)
 
 
 def test_overlong_filter_masks_truncated_responses(tiny_model_path, tiny_overrides, tmp_path, one_thread):

@@ -76,7 +76,6 @@ class RunTrainer:
         self.ppo = PPOTrainer(cfg, actor, ref, tokenizer, optimizer, kl_ctl, self.train_records, self.render,
                               self.sequence_scores, sampler, data_parallel)  # fmt: skip
         self.skips = guards.SkippedUpdates(cfg.train.max_skipped_steps)
-        self.batch = None  # the last collected (records, rollout), for the step's logs
         self.logger = resume.open_run(self, self.resumed_from)
         if data_parallel is not None:  # rank 0's (resumed) weights everywhere, gradients averaged over ranks
             data_parallel.attach(self.actor)
@@ -117,7 +116,6 @@ class RunTrainer:
                 raise
             raise diagnosis from None
         guards.check_rollout(ro, n, self.out)
-        self.batch = (records, ro)
         return ro
 
     def step(self) -> dict:
@@ -127,7 +125,7 @@ class RunTrainer:
         all-skipped steps.
         """
         metrics = self.ppo.step(self.collect)
-        records, ro = self.batch
+        records, ro = self.ppo.last_batch  # with dynamic sampling the kept groups, not the last round's
         stop_ids = stop_token_ids(self.actor.lm, self.tokenizer)
         reward_metrics = self.reward_model_metrics(records, ro.completions)
         metrics = loop.step_metrics(metrics, records, ro, self.correct_fn, stop_ids, reward_metrics)
