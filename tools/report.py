@@ -307,6 +307,9 @@ def real_llm_critic(*names: str) -> str:
     lora = [", ".join(f"{v:+.3f}" for v in b["lora"]["curve"]) if "lora" in b else "not run" for b in by]
     times = [", ".join(f"{k.removesuffix('_s')} {v:.0f}" for k, v in d["times"].items()) for d in files]
     loads = [", ".join(f"{x:.1f}" for x in d["load_avg"]["before"]) for d in files]
+    trained = [(c, d["train_logged_ev"][-5:]) for c, d in zip(cols, files) if d.get("train_logged_ev")]
+    during = "".join(f" The run's own logged explained variance before sampling ({c}), mean of its last {len(v)} "
+                     f"steps: {mean(v):+.3f}." for c, v in trained)  # fmt: skip
     return "\n\n".join(
         [
             "The episodes (both halves):",
@@ -318,7 +321,7 @@ def real_llm_critic(*names: str) -> str:
             "it), mean of the last rounds:",
             table(["replay", *cols], logged),
             f"The LoRA critic's held-out explained variance before its training and after each pass "
-            f"({', '.join(cols)}): {'; '.join(lora)}. Seconds by phase: {'; '.join(times)}. "
+            f"({', '.join(cols)}): {'; '.join(lora)}.{during} Seconds by phase: {'; '.join(times)}. "
             f"Load average (1, 5, 15 min) at the start: {'; '.join(loads)}.",
         ]
     )
