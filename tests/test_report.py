@@ -171,5 +171,6 @@ def test_the_real_model_critics_show_every_row_and_fit_the_page(tmp_path, monkey
                   "| `online:value_epochs=4` | +0.079 | +0.079 |", "`online:preset` with `ppo.value_epochs=4`",
                   "| correct | 0.125 | 0.125 |", "not run; +0.111, +0.234", "collect 12, total 46"):  # fmt: skip
         assert shown in text, shown
+    assert text.count("| `online:value_epochs=4` |") == 2  # once per table, though both files have it
     rows = [line for line in text.splitlines() if line.startswith("|")]
     assert rows and max(map(len, rows)) <= report.PAGE_WIDTH

@@ -297,7 +297,7 @@ def real_llm_critic(*names: str) -> str:
     data_rows = [[label, *(fmt.format(d["data"][key]) for d in files)] for label, key, fmt in stats]
     by = [{r["critic"]: r for r in d["rows"]} for d in files]
     order = [c for c in CRITICS_REAL if any(c in b for b in by)]
-    order += [c for b in by for c in b if c not in order]  # the online variants, in the file's order
+    order = list(dict.fromkeys(order + [c for b in by for c in b]))  # then the online variants, in the files' order
     legend = [f"- `{c}`: {CRITICS_REAL[c]}" if c in CRITICS_REAL else
               f"- `{c}`: `online:preset` with `ppo.{c.split(':', 1)[1]}`" for c in order]  # fmt: skip
     rows = [[f"`{c}`", *(f"{b[c]['ev_held']:+.3f}" if c in b else "n/a" for b in by)] for c in order]
