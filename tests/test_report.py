@@ -141,3 +141,36 @@ def test_the_trl_comparison_shows_every_saved_number_and_fits_the_page(tmp_path,
     rows = [line for line in text.splitlines() if line.startswith("|")]
     assert rows and max(map(len, rows)) <= report.PAGE_WIDTH
     assert "yet" in report.vs_trl("no_such_folder")
+
+
+def _critic_real_file(train_steps: int, ridge: float) -> dict:
+    """A file as benchmarks/critic_real.py --save writes it (the keys the page reads)."""
+    data = {"prompts": 8, "group": 4, "episodes": 32, "tokens": 640, "held_tokens": 320, "correct_rate": 0.125,
+            "format_rate": 0.25, "mean_return": 0.1375, "return_var_token": 0.0987, "kl_coef": 0.02}  # fmt: skip
+    online = {"critic": "online:preset", "ev_held": 0.0123, "rounds": 2, "logged_ev": [0.0, 0.0456],
+              "logged_ev_last5": 0.0228}  # fmt: skip
+    rows = [{"critic": "ceiling_prompt", "ev_held": 0.321}, {"critic": "ridge", "ev_held": ridge}, online,
+            {**online, "critic": "online:value_epochs=4", "ev_held": 0.0789}]  # fmt: skip
+    if train_steps:
+        rows.append({"critic": "lora", "ev_held": 0.2345, "curve": [0.1111, 0.2345]})
+    meta = {"machine": {"cpu": "a CPU"}, "date": "2026-01-02", "commit": "abc1234", "command": "python critic_real.py"}
+    return {"meta": meta, "train_steps": train_steps, "data": data, "rows": rows,
+            "times": {"collect_s": 12.3, "total_s": 45.6}, "load_avg": {"before": [1.5, 1.25, 1.0]}}  # fmt: skip
+
+
+def test_the_real_model_critics_show_every_row_and_fit_the_page(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    (results / "real_llm").mkdir(parents=True)
+    for name, steps, ridge in (("start.json", 0, 0.0567), ("trained.json", 8, -0.0432)):
+        (results / "real_llm" / name).write_text(json.dumps(_critic_real_file(steps, ridge)))
+    monkeypatch.setattr(report, "RESULTS", results)
+    text = report.render("<!-- report: real_llm_critic real_llm/start.json real_llm/trained.json -->\n"
+                         "<!-- /report -->", {})  # fmt: skip
+    for shown in ("| critic | start | after 8 steps |", "| `ceiling_prompt` | +0.321 | +0.321 |",
+                  "| `ridge` | +0.057 | -0.043 |", "| `lora` | n/a | +0.234 |", "| `online:preset` | +0.023 | +0.023 |",
+                  "| `online:value_epochs=4` | +0.079 | +0.079 |", "`online:preset` with `ppo.value_epochs=4`",
+                  "| correct | 0.125 | 0.125 |", "not run; +0.111, +0.234", "collect 12, total 46"):  # fmt: skip
+        assert shown in text, shown
+    assert text.count("| `online:value_epochs=4` |") == 2  # once per table, though both files have it
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    assert rows and max(map(len, rows)) <= report.PAGE_WIDTH

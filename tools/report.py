@@ -293,6 +293,67 @@ def overlong_real(name: str) -> str:
     return _tables(header, rows, [[1, 2, 3], [4, 5]]) + ("\n" + failed if failed else "")
 
 
+CRITICS_REAL = {
+    "ceiling_prompt": "the most a value that sees only the prompt can explain (per episode, sampling noise removed)",
+    "oracle_prompt": "the mean return of the prompt's other replies",
+    "constant": "the fit half's mean return",
+    "ridge": "a linear head on the policy's final hidden states, frozen, fitted to convergence",
+    "ridge_base": "the same on the base model's (adapters off)",
+    "ridge_mid": "the same on a middle layer's hidden states",
+    "ridge_prompt": "the same on the prompt's last hidden state alone",
+    "mlp": "a two-layer head on the final hidden states",
+    "lora": "a LoRA critic of its own (the preset's rank), its head started from `ridge`",
+    "online:preset": "the preset's head updated as training updates it, on the final hidden states",
+}
+"""What each row of benchmarks/critic_real.py is; an ``online:KEY=VALUE`` row is ``online:preset`` with ppo.KEY."""
+
+
+def real_llm_critic(*names: str) -> str:
+    """Critics fitted offline on fixed episodes of the real-model preset (benchmarks/critic_real.py), one column
+    per file (the starting policy, a trained one): held-out explained variance, the ceiling, the logged EV."""
+    files = [load(n) for n in names]
+    cols = [f"after {d['train_steps']} steps" if d["train_steps"] else "start" for d in files]
+    stats = (("prompts", "prompts", "{}"), ("replies each", "group", "{}"), ("episodes", "episodes", "{}"),
+             ("response tokens", "tokens", "{}"), ("correct", "correct_rate", "{:.3f}"),
+             ("`####` format", "format_rate", "{:.3f}"), ("mean return", "mean_return", "{:.3f}"),
+             ("return variance", "return_var_token", "{:.4f}"))  # fmt: skip
+    data_rows = [[label, *(fmt.format(d["data"][key]) for d in files)] for label, key, fmt in stats]
+    by = [{r["critic"]: r for r in d["rows"]} for d in files]
+    order = [c for c in CRITICS_REAL if any(c in b for b in by)]
+    order = list(dict.fromkeys(order + [c for b in by for c in b]))  # then the online variants, in the files' order
+    legend = [f"- `{c}`: {CRITICS_REAL[c]}" if c in CRITICS_REAL else
+              f"- `{c}`: `online:preset` with `ppo.{c.split(':', 1)[1]}`" for c in order]  # fmt: skip
+    rows = [[f"`{c}`", *(f"{b[c]['ev_held']:+.3f}" if c in b else "n/a" for b in by)] for c in order]
+    online = [c for c in order if c.startswith("online:")]
+    logged = [[f"`{c}`", *(f"{b[c][k]:+.3f}" if c in b and (k := _logged_key(b[c])) else "n/a" for b in by)]
+              for c in online]  # fmt: skip
+    lora = [", ".join(f"{v:+.3f}" for v in b["lora"]["curve"]) if "lora" in b else "not run" for b in by]
+    times = [", ".join(f"{k.removesuffix('_s')} {v:.0f}" for k, v in d["times"].items()) for d in files]
+    loads = [", ".join(f"{x:.1f}" for x in d["load_avg"]["before"]) for d in files]
+    trained = [(c, d["train_logged_ev"][-5:]) for c, d in zip(cols, files) if d.get("train_logged_ev")]
+    during = "".join(f" The run's own logged explained variance before sampling ({c}), mean of its last {len(v)} "
+                     f"steps: {mean(v):+.3f}." for c, v in trained)  # fmt: skip
+    return "\n\n".join(
+        [
+            "The episodes (both halves):",
+            table(["", *cols], data_rows),
+            "The critics:\n\n" + "\n".join(legend),
+            "Held-out explained variance (token level; fitted on the other half's prompts):",
+            table(["critic", *cols], rows),
+            "The online replays' explained variance as training logs it (each round scored before the head learns from "
+            "it), mean of the last rounds:",
+            table(["replay", *cols], logged),
+            f"The LoRA critic's held-out explained variance before its training and after each pass "
+            f"({', '.join(cols)}): {'; '.join(lora)}.{during} Seconds by phase: {'; '.join(times)}. "
+            f"Load average (1, 5, 15 min) at the start: {'; '.join(loads)}.",
+        ]
+    )
+
+
+def _logged_key(row: dict) -> str | None:
+    return next((k for k in row if k.startswith("logged_ev_last")), None)
+
+
 def figure_real_llm(name: str, figures: dict) -> str:
     """Per seed: the rollout's success rate, the critic's explained variance and the KL to the reference, by step."""
     plt = _plt()
@@ -674,6 +735,7 @@ GENERATORS = {
     "real_llm_phases": real_llm_phases,
     "real_llm_gsm8k": real_llm_gsm8k,
     "overlong_real": overlong_real,
+    "real_llm_critic": real_llm_critic,
 }
 FIGURE_GENERATORS = {"figure_critic_curves": figure_critic_curves, "figure_algos": figure_algos,
                      "figure_real_llm": figure_real_llm}  # fmt: skip
