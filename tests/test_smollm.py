@@ -148,7 +148,10 @@ def test_a_resumed_run_continues_identically(folder, tmp_path):
     from ppo_test_support import resumed_run_repeats_the_full_one
 
     def make(out, *extra):
-        return RunTrainer(load_config("cpu-smollm", [f"train.output_dir={out}", "train.steps=2", *SMALL, *extra]))
+        fewer = ("rollout.batch_size=2", "train.eval_samples=1")  # three trainers: each as small as resuming needs
+        return RunTrainer(
+            load_config("cpu-smollm", [f"train.output_dir={out}", "train.steps=2", *SMALL, *fewer, *extra])
+        )
 
     full, steps = resumed_run_repeats_the_full_one(make, tmp_path, stop_after=1)
     assert len(steps) == 2
