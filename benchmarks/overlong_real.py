@@ -93,12 +93,9 @@ def main() -> None:
             run_all(Path(tmp), args.arms, args.seeds, args.parallel, args.overrides)
             data = join(Path(tmp))
     run_meta = data.pop("run_meta")
-    extra = {} if not args.join else {k: run_meta[k] for k in ("machine", "date", "commit")}
-    path = save_result(args.out, data, command, runs_command=run_meta["command"])
-    if extra:  # joined runs: the machine, date and commit are the runs', not this join's
-        saved = json.loads(path.read_text())
-        saved["meta"].update(extra)
-        path.write_text(json.dumps(saved, indent=1) + "\n")
+    # joined runs: the machine, date and commit are the runs', not this join's
+    runs_own = {k: run_meta[k] for k in ("machine", "date", "commit")} if args.join else {}
+    path = save_result(args.out, data, command, runs_command=run_meta["command"], **runs_own)
     for r in data["runs"]:
         e = r["eval"]
         print(f"{r['arm']:9s} seed {r['seed']}: sampled #### {e['before_sampled']['marker_acc']:.3f} -> "
