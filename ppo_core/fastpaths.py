@@ -34,12 +34,16 @@ from transformers import DynamicCache
 from .logprobs import logprobs_from_logits
 from .model import lm_logits, position_ids_from_mask, trunk_hidden
 from .precision import autocast, compute_dtype
-from .rollout import _cat_values
 
-__all__ = ["PromptCache", "split_prefix_logits", "split_prefix_hidden", "enable", "SPLIT_MIN_PREFIX_TOKENS"]
+__all__ = ["PromptCache", "cat_values", "split_prefix_logits", "split_prefix_hidden", "enable", "SPLIT_MIN_PREFIX_TOKENS"]
 
 SPLIT_MIN_PREFIX_TOKENS = 2048
 """``split_prefix_logits`` runs the prefix apart only from this many prefix tokens (rows x positions) on."""
+
+
+def cat_values(values: list) -> torch.Tensor | None:
+    """The chunks' values as one float32 (B, T) tensor, or None for an actor without a value head."""
+    return None if values[0] is None else torch.cat(values).float()
 
 
 class PromptCache:
@@ -59,6 +63,18 @@ class PromptCache:
             return
         self.lm = lm
         self.chunks.append((start, out.past_key_values))
+
+    def prompt_caches(self, prompt_len: int) -> list | None:
+        """The caches cut to the prompts' first ``prompt_len - 1`` positions, one per generate call, for another draw
+        from the same prompts with the same weights (``rollout.sample``'s ``prompt_past``); None if a call kept none.
+        Frees them here."""
+        chunks, usable = self.chunks, self.complete and bool(self.chunks)
+        self.chunks, self.lm = [], None
+        if not usable:
+            return None
+        for _, cache in chunks:  # all but the last prompt token, which is left to run: generate needs one to start
+            cache.crop(-(cache.get_seq_length() - (prompt_len - 1)))
+        return [cache for _, cache in chunks]
 
     def actor_scores(self, actor, ro, temperature: float) -> tuple | None:
         """Old logprobs and values (B, T) from the caches, as ``ActorWithValueHead.forward`` gives them; or None
@@ -84,7 +100,7 @@ class PromptCache:
                 v = actor.critic_values(ro.input_ids[start:end], rows, position_ids_from_mask(rows), keep)  # (b, T)
             logprobs.append(logprobs_from_logits(logits, ro.response_ids[start:end], temperature))
             values.append(v)
-        return torch.cat(logprobs), _cat_values(values)
+        return torch.cat(logprobs), cat_values(values)
 
 
 def _split_prefix(trunk, prefix_tokens: int) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from transformers import GenerationConfig
 
+from .fastpaths import PromptCache, cat_values
 from .logprobs import logprobs_from_logits, response_slice
 from .masking import response_mask
 from .model import lm_logits, position_ids_from_mask
@@ -241,6 +242,7 @@ def sample(
     top_k: int = 0,
     top_p: float = 1.0,
     keep_sampling_mask: bool = False,
+    prompt_past: list | None = None,
 ) -> Rollout:
     """Generate one response per prompt (``temperature=None``: greedy). Returns a Rollout without scores.
 
@@ -253,6 +255,9 @@ def sample(
     each token, log softmax of generate's scores (logits / temperature after top-k/top-p), chapter 09; it
     holds the (b, T, V) scores of one generate call. ``top_k``, ``top_p``: see ``sampling_config``.
     ``keep_sampling_mask``: also keep which tokens top-k/top-p left drawable, (B, T, V) bool (True off the mask).
+    ``prompt_past``: the prompts' keys and values from an earlier draw from the same prompts and weights, one cache
+    per generate call (``fastpaths.PromptCache.prompt_caches``): generate then runs only the last prompt token before
+    drawing, instead of the whole prompt again (the same numbers up to float rounding).
     """
     device = next(lm.parameters()).device
     ids, attn = tokenize_prompts(tokenizer, prompts, max_prompt_len, device)  # (B, P)
@@ -265,7 +270,9 @@ def sample(
     step = batch_size or len(prompts)
     with autocast(device, dtype), _own_generation_config(lm, gen_cfg):
         for i in range(0, len(prompts), step):
-            out = lm.generate(input_ids=ids[i : i + step], attention_mask=attn[i : i + step], generation_config=gen_cfg)
+            past = {} if prompt_past is None else {"past_key_values": prompt_past[i // step]}
+            out = lm.generate(input_ids=ids[i : i + step], attention_mask=attn[i : i + step], generation_config=gen_cfg,
+                              **past)  # fmt: skip
             chunks.append(out.sequences[:, P:])  # (b, T_i) generate pads finished rows with pad_token_id
             if behaviour:  # the sampler's logprob of each drawn token, (b, T_i)
                 scores = torch.stack(out.scores, dim=1).float()  # (b, T_i, V)
@@ -316,16 +323,19 @@ def complete(
     batch_size: int = 256,
     seed: int | None = None,
     dtype: torch.dtype | None = None,
-) -> list[str]:
+    also_greedy: bool = False,
+) -> list[str] | tuple[list[str], list[str]]:
     """The decoded response to each prompt (``temperature=None``: greedy), ``batch_size`` prompts per ``sample``.
 
     For evaluation: runs in eval mode (restored after), and with a ``seed`` inside a forked RNG, so it
     is reproducible and leaves the run's randomness where it was. The fork saves and restores the CPU
     generator and, for a model on a GPU, that GPU's generator, and only those two are seeded
     (``torch.manual_seed`` would reseed every GPU, which a CPU-only fork would not restore).
-    ``dtype``: the compute dtype, as in ``sample``.
+    ``dtype``: the compute dtype, as in ``sample``. ``also_greedy``: return ``(texts, greedy texts)``, the greedy
+    draw of each batch reusing the first draw's prompt keys and values (float32 compute; otherwise it runs the prompts
+    again); greedy draws use no randomness, so the first draw's texts are those of a call without it.
     """
-    was_training, texts = lm.training, []
+    was_training, texts, greedy = lm.training, [], []
     lm.eval()
     device = next(lm.parameters()).device
     gpus = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
@@ -337,14 +347,15 @@ def complete(
                     torch.cuda.manual_seed(seed)  # the model's GPU only
         for i in range(0, len(prompts), batch_size):
             chunk = prompts[i : i + batch_size]
-            texts += sample(lm, tokenizer, chunk, max_new_tokens, temperature, max_prompt_len, dtype=dtype).completions
+            cache = PromptCache() if also_greedy else None
+            ro = sample(lm, tokenizer, chunk, max_new_tokens, temperature, max_prompt_len, prompt_cache=cache, dtype=dtype)
+            texts += ro.completions
+            if also_greedy:
+                past = cache.prompt_caches(ro.prompt_len)
+                greedy += sample(lm, tokenizer, chunk, max_new_tokens, None, max_prompt_len, dtype=dtype,
+                                 prompt_past=past).completions  # fmt: skip
     lm.train(was_training)
-    return texts
-
-
-def _cat_values(values: list) -> torch.Tensor | None:
-    """The chunks' values as one float32 (B, T) tensor, or None for an actor without a value head."""
-    return None if values[0] is None else torch.cat(values).float()
+    return (texts, greedy) if also_greedy else texts
 
 
 @torch.inference_mode()
@@ -371,7 +382,7 @@ def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int, promp
         ref_logits, _ = lm_logits(ref_lm, ids, attn, pos, keep=ro.keep)
         ref_logprobs.append(logprobs_from_logits(ref_logits, tokens, temperature))
     if cached is None:
-        cached = torch.cat(logprobs), _cat_values(values)
+        cached = torch.cat(logprobs), cat_values(values)
     ro.logprobs, ro.values = cached
     ro.ref_logprobs = torch.cat(ref_logprobs)
     return ro

@@ -88,8 +88,8 @@ def test_resume_repeats_the_run_and_evaluate_merges(
     assert json.loads((final / "adapter_config.json").read_text())["r"] == 4
     summary = json.loads((whole / "summary.json").read_text())
     scored = []  # the model evaluate scores: the trained policy, i.e. the base with the adapters merged in
-    real_accuracy = evaluation.accuracy
-    monkeypatch.setattr(evaluation, "accuracy", lambda lm, *a, **k: scored.append(lm) or real_accuracy(lm, *a, **k))
+    real_accuracies = evaluation.accuracies
+    monkeypatch.setattr(evaluation, "accuracies", lambda lm, *a, **k: scored.append(lm) or real_accuracies(lm, *a, **k))
     got = evaluate_checkpoint(str(final))  # base + adapters merged: the run's own final accuracy
     base_path = json.loads((final / "adapter_config.json").read_text())["base_model_name_or_path"]
     with _no_peft_deprecation():  # base + adapters, not merged

@@ -241,7 +241,7 @@ def test_evaluate_checkpoint_uses_the_runs_device_and_dtype(tiny_model_path, tmp
     path = tr.save_checkpoint("step_0")
     tr.logger.close()
     seen = []
-    monkeypatch.setattr(evaluate, "accuracy", lambda lm, *a, **k: seen.append(next(lm.parameters())) or 0.0)
+    monkeypatch.setattr(evaluate, "accuracies", lambda lm, *a, **k: seen.append(next(lm.parameters())) or (0.0, 0.0))
     evaluate.evaluate_checkpoint(str(path), overrides=["model.dtype=bfloat16"])
     assert seen and all(p.dtype == torch.bfloat16 and p.device.type == "cpu" for p in seen)
 

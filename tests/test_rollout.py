@@ -211,3 +211,23 @@ def test_complete_samples_at_the_compute_dtype_it_is_given(tiny_model_path, monk
     monkeypatch.setattr(rollout, "sample", lambda *a, **kw: seen.append(kw.get("dtype")) or real_sample(*a, **kw))
     rollout.complete(lm, tok, PROMPTS, max_new_tokens=2, temperature=None, batch_size=2, dtype=torch.bfloat16)
     assert seen == [torch.bfloat16, torch.bfloat16]
+
+
+def test_complete_also_greedy_reuses_the_prompts_and_draws_what_two_calls_draw(tiny_model_path, monkeypatch):
+    """``complete(also_greedy=True)``: the sampled texts of a plain call, and the greedy texts of a plain greedy call;
+    each batch's greedy ``generate`` starts from the sampled draw's cache of the prompts (all but their last token)."""
+    from ppo_core import rollout
+
+    lm, tok = _load(tiny_model_path)
+    prompts = PROMPTS * 5  # 15 prompts, batches of 4: the last batch holds 3
+    sampled = rollout.complete(lm, tok, prompts, max_new_tokens=12, temperature=1.0, batch_size=4, seed=3)
+    greedy = rollout.complete(lm, tok, prompts, max_new_tokens=12, temperature=None, batch_size=4, seed=3)
+    cached, real_generate = [], lm.generate  # per generate call: the length of the cache it was given, or None
+    length = lambda past: None if past is None else past.get_seq_length()  # noqa: E731
+    monkeypatch.setattr(lm, "generate", lambda **kw: cached.append(length(kw.get("past_key_values"))) or real_generate(**kw))
+    both = rollout.complete(lm, tok, prompts, max_new_tokens=12, temperature=1.0, batch_size=4, seed=3,
+                            also_greedy=True)  # fmt: skip
+    assert both == (sampled, greedy)
+    assert sampled != greedy  # temperature 1 on a random model: the draws differ
+    P = [tokenize_prompts(tok, prompts[i : i + 4], 512, "cpu")[0].shape[1] for i in range(0, 15, 4)]
+    assert cached == [x for p in P for x in (None, p - 1)]  # sampled from scratch; greedy from its first P - 1

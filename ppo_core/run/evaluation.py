@@ -18,7 +18,7 @@ from .lora import is_lora_checkpoint, load_merged
 from .manifest import damage
 from .setup import fit_prompt_len, load_task, resolve_device
 
-__all__ = ["accuracy", "evaluate_checkpoint"]
+__all__ = ["accuracy", "accuracies", "evaluate_checkpoint"]
 
 
 def accuracy(lm, tokenizer, records: list[dict], cfg, greedy: bool = False, correct_fn=is_correct) -> float:
@@ -29,21 +29,33 @@ def accuracy(lm, tokenizer, records: list[dict], cfg, greedy: bool = False, corr
     only those two are seeded (``torch.manual_seed`` would reseed every GPU, which the fork would not
     restore). Runs in the compute dtype ``cfg.model.dtype`` (autocast).
     """
+    texts = _complete(lm, tokenizer, records, cfg, None if greedy else cfg.rollout.temperature)
+    return rewards.accuracy(texts, records, correct_fn or is_correct)
+
+
+def accuracies(lm, tokenizer, records: list[dict], cfg, correct_fn=is_correct) -> tuple[float, float]:
+    """(sampled, greedy) accuracy, as two calls of ``accuracy`` give them, in one pass over the prompts: each batch's
+    greedy draw reuses its sampled draw's prompt keys and values (``rollout.complete``), so the prompts run once.
+    The sampled texts are those of ``accuracy``; the greedy ones the same up to float rounding (float32 compute)."""
+    texts, greedy = _complete(lm, tokenizer, records, cfg, cfg.rollout.temperature, also_greedy=True)
+    score = correct_fn or is_correct
+    return rewards.accuracy(texts, records, score), rewards.accuracy(greedy, records, score)
+
+
+def _complete(lm, tokenizer, records, cfg, temperature, also_greedy: bool = False):
     prompts = [build_prompt(r["question"], tokenizer, cfg.data.prompt_style) for r in records]
-    temperature = None if greedy else cfg.rollout.temperature
-    bs = cfg.rollout.generation_batch_size or cfg.rollout.batch_size
-    texts = complete(
+    return complete(
         lm,
         tokenizer,
         prompts,
         cfg.rollout.max_new_tokens,
         temperature,
         cfg.data.max_prompt_len,
-        bs,
+        cfg.rollout.generation_batch_size or cfg.rollout.batch_size,
         seed=cfg.train.seed + 12345,
         dtype=DTYPES[cfg.model.dtype],
+        also_greedy=also_greedy,
     )
-    return rewards.accuracy(texts, records, correct_fn or is_correct)
 
 
 def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> dict:
@@ -67,8 +79,5 @@ def evaluate_checkpoint(checkpoint: str, preset: str = "auto", overrides=()) -> 
         lm = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype).to(device)
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
     cfg = fit_prompt_len(cfg, lm)
-    return {
-        "sampled_accuracy": accuracy(lm, tokenizer, test, cfg, greedy=False, correct_fn=correct_fn),
-        "greedy_accuracy": accuracy(lm, tokenizer, test, cfg, greedy=True, correct_fn=correct_fn),
-        "n": len(test),
-    }
+    sampled, greedy = accuracies(lm, tokenizer, test, cfg, correct_fn=correct_fn)  # as the run's own evaluation
+    return {"sampled_accuracy": sampled, "greedy_accuracy": greedy, "n": len(test)}

@@ -64,7 +64,7 @@ def train(trainer) -> dict:
 
 def _evaluate(trainer, when: str) -> dict:
     """Held-out sampled and greedy accuracy, logged at the current step; keys ``{when}/...``."""
-    sampled, greedy = trainer.evaluate(), trainer.evaluate(greedy=True)
+    sampled, greedy = trainer.evaluate_both()
     trainer.logger.log(trainer.step_count, {"eval/sampled_accuracy": sampled, "eval/greedy_accuracy": greedy})
     return {f"{when}/sampled_accuracy": sampled, f"{when}/greedy_accuracy": greedy}
 

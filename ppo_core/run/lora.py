@@ -30,7 +30,8 @@ from ..utils import no_peft_deprecation as _no_peft_deprecation
 from ..utils import no_transformers_bars
 from ..utils import quiet_peft as _peft
 
-__all__ = ["apply_lora", "is_lora", "AdapterOffReference", "save_actor", "load_actor", "is_lora_checkpoint"]
+__all__ = ["apply_lora", "is_lora", "merged_copy", "AdapterOffReference", "save_actor", "load_actor",
+           "is_lora_checkpoint"]
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -76,6 +77,21 @@ def apply_lora(actor, lora_cfg, gradient_checkpointing: bool = False, base_dtype
 
 def is_lora(actor) -> bool:
     return getattr(actor, "peft_model", None) is not None
+
+
+def merged_copy(actor):
+    """A plain transformers LM: a copy of the policy with its adapters merged in, for generation alone.
+
+    ``merge_and_unload`` folds ``(alpha / r) B A`` into each adapted weight of the copy, so generating
+    runs at the base model's speed (no second, low-rank matmul per adapted layer). The live model is left
+    as it is: merging in place and unmerging afterwards would not give back the base weights bit for bit,
+    and those weights are also the reference. The copy's outputs equal the policy's up to float rounding
+    (exactly, while B = 0), as those of ``python -m ppo_core.evaluate`` (``load_merged``) do.
+    """
+    import copy
+
+    with _no_peft_deprecation():
+        return copy.deepcopy(actor.peft_model).merge_and_unload().eval()
 
 
 class _AdaptersOff:

@@ -25,7 +25,8 @@ from ..trainer import PPOTrainer
 from . import distributed, guards, loop, resume
 from .checkpoint import recover_interrupted_saves
 from .config import Config
-from .evaluation import accuracy
+from .evaluation import accuracies, accuracy
+from .lora import is_lora, merged_copy
 from .setup import (
     build_kl_controller,
     build_optimizer,
@@ -147,7 +148,16 @@ class RunTrainer:
     def evaluate(self, greedy: bool = False, n: int | None = None) -> float:
         """Accuracy on the held-out split (sampled at the rollout temperature, or greedy)."""
         records = self.test_records[: n or self.cfg.train.eval_samples]
-        return accuracy(self.actor.lm, self.tokenizer, records, self.cfg, greedy, self.correct_fn)
+        return accuracy(self._eval_lm(), self.tokenizer, records, self.cfg, greedy, self.correct_fn)
+
+    def evaluate_both(self, n: int | None = None) -> tuple[float, float]:
+        """(sampled, greedy) accuracy on the held-out split, the prompts run once (``evaluation.accuracies``)."""
+        records = self.test_records[: n or self.cfg.train.eval_samples]
+        return accuracies(self._eval_lm(), self.tokenizer, records, self.cfg, self.correct_fn)
+
+    def _eval_lm(self):
+        """The policy's LM; for LoRA a copy with the adapters merged in, which generates faster (``lora.merged_copy``)."""
+        return merged_copy(self.actor) if is_lora(self.actor) else self.actor.lm
 
     def train(self) -> dict:
         """The whole run (``loop.train``): evaluate, ``train.steps`` steps with checkpoints, evaluate. Under
