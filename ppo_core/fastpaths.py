@@ -35,7 +35,14 @@ from .logprobs import logprobs_from_logits
 from .model import lm_logits, position_ids_from_mask, trunk_hidden
 from .precision import autocast, compute_dtype
 
-__all__ = ["PromptCache", "cat_values", "split_prefix_logits", "split_prefix_hidden", "enable", "SPLIT_MIN_PREFIX_TOKENS"]
+__all__ = [
+    "PromptCache",
+    "cat_values",
+    "split_prefix_logits",
+    "split_prefix_hidden",
+    "enable",
+    "SPLIT_MIN_PREFIX_TOKENS",
+]
 
 SPLIT_MIN_PREFIX_TOKENS = 2048
 """``split_prefix_logits`` runs the prefix apart only from this many prefix tokens (rows x positions) on."""

@@ -348,7 +348,9 @@ def complete(
         for i in range(0, len(prompts), batch_size):
             chunk = prompts[i : i + batch_size]
             cache = PromptCache() if also_greedy else None
-            ro = sample(lm, tokenizer, chunk, max_new_tokens, temperature, max_prompt_len, prompt_cache=cache, dtype=dtype)
+            ro = sample(
+                lm, tokenizer, chunk, max_new_tokens, temperature, max_prompt_len, prompt_cache=cache, dtype=dtype
+            )
             texts += ro.completions
             if also_greedy:
                 past = cache.prompt_caches(ro.prompt_len)

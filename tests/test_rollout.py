@@ -223,8 +223,13 @@ def test_complete_also_greedy_reuses_the_prompts_and_draws_what_two_calls_draw(t
     sampled = rollout.complete(lm, tok, prompts, max_new_tokens=12, temperature=1.0, batch_size=4, seed=3)
     greedy = rollout.complete(lm, tok, prompts, max_new_tokens=12, temperature=None, batch_size=4, seed=3)
     cached, real_generate = [], lm.generate  # per generate call: the length of the cache it was given, or None
-    length = lambda past: None if past is None else past.get_seq_length()  # noqa: E731
-    monkeypatch.setattr(lm, "generate", lambda **kw: cached.append(length(kw.get("past_key_values"))) or real_generate(**kw))
+
+    def generate(**kw):
+        past = kw.get("past_key_values")
+        cached.append(None if past is None else past.get_seq_length())
+        return real_generate(**kw)
+
+    monkeypatch.setattr(lm, "generate", generate)
     both = rollout.complete(lm, tok, prompts, max_new_tokens=12, temperature=1.0, batch_size=4, seed=3,
                             also_greedy=True)  # fmt: skip
     assert both == (sampled, greedy)

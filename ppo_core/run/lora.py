@@ -30,8 +30,15 @@ from ..utils import no_peft_deprecation as _no_peft_deprecation
 from ..utils import no_transformers_bars
 from ..utils import quiet_peft as _peft
 
-__all__ = ["apply_lora", "is_lora", "merged_copy", "AdapterOffReference", "save_actor", "load_actor",
-           "is_lora_checkpoint"]
+__all__ = [
+    "apply_lora",
+    "is_lora",
+    "merged_copy",
+    "AdapterOffReference",
+    "save_actor",
+    "load_actor",
+    "is_lora_checkpoint",
+]
 
 ADAPTER_CONFIG = "adapter_config.json"
 

@@ -147,16 +147,18 @@ class RunTrainer:
 
     def evaluate(self, greedy: bool = False, n: int | None = None) -> float:
         """Accuracy on the held-out split (sampled at the rollout temperature, or greedy)."""
-        records = self.test_records[: n or self.cfg.train.eval_samples]
-        return accuracy(self._eval_lm(), self.tokenizer, records, self.cfg, greedy, self.correct_fn)
+        return accuracy(self._eval_lm(), self.tokenizer, self._held_out(n), self.cfg, greedy, self.correct_fn)
 
     def evaluate_both(self, n: int | None = None) -> tuple[float, float]:
         """(sampled, greedy) accuracy on the held-out split, the prompts run once (``evaluation.accuracies``)."""
-        records = self.test_records[: n or self.cfg.train.eval_samples]
-        return accuracies(self._eval_lm(), self.tokenizer, records, self.cfg, self.correct_fn)
+        return accuracies(self._eval_lm(), self.tokenizer, self._held_out(n), self.cfg, self.correct_fn)
+
+    def _held_out(self, n: int | None) -> list[dict]:
+        """The first ``n`` held-out records (``train.eval_samples`` by default)."""
+        return self.test_records[: n or self.cfg.train.eval_samples]
 
     def _eval_lm(self):
-        """The policy's LM; for LoRA a copy with the adapters merged in, which generates faster (``lora.merged_copy``)."""
+        """The policy's LM; with LoRA a copy with the adapters merged in, which generates faster (``merged_copy``)."""
         return merged_copy(self.actor) if is_lora(self.actor) else self.actor.lm
 
     def train(self) -> dict:
