@@ -32,10 +32,13 @@ def machine() -> dict:
 
 
 def commit() -> str:
-    """The repository's HEAD, with ``+dirty`` when the working tree has uncommitted changes."""
+    """The repository's HEAD, with ``+dirty`` when the working tree has uncommitted changes outside
+    ``benchmarks/results/`` (a benchmark that saves after every run has changed its own results file by its second
+    save)."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)benchmarks/results"], capture_output=True, text=True)  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
