@@ -75,36 +75,48 @@ CORRECTION = ("sampler.dtype=bfloat16", "correction.is_level=token", "correction
 """Chapter 09: weights and a kept-token mask from the sampler's logprobs; each rank divides by the global kept count."""
 
 
+UPDATE_CASES = {
+    "shared-critic": ("ppo.separate_critic=false",),
+    "separate-critic": ("ppo.separate_critic=true", "ppo.value_epochs=3"),
+    "lora": LORA,
+    "correction": CORRECTION,
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "extra",
-    [("ppo.separate_critic=false",), ("ppo.separate_critic=true", "ppo.value_epochs=3"), LORA, CORRECTION],
-    ids=["shared-critic", "separate-critic", "lora", "correction"],
-)
-def test_two_ranks_update_equals_one_process(tiny_model_path, tmp_path, one_thread, extra):
+def test_two_ranks_update_equals_one_process(tiny_model_path, tmp_path, one_thread):
     """One update on a saved rollout, on 2 ranks and in 1 process: the same weights and logged statistics
     (the separate critic: its trunk's gradients averaged too, its extra value-only passes on every rank;
-    LoRA: only the adapters and the value head train, the frozen base stays the same on every rank)."""
-    cfg = load_config("cpu", _overrides(tiny_model_path, tmp_path / "single", 1, "ppo.lr=1e-2", *extra))
-    tr = RunTrainer(cfg)
-    ro = tr.collect(tr.prompt_batch(1))
-    torch.save(ro, tmp_path / "ro.pt")
-    state0 = {k: v.clone() for k, v in tr.actor.state_dict().items()}
-    want = tr.learn(ro)
-    tr.logger.close()
-    worker = [str(HERE / "dist_worker.py"), tiny_model_path, str(tmp_path / "dp"), str(tmp_path / "ro.pt")]
-    _torchrun([*worker, str(tmp_path / "result"), *extra], tmp_path)
-    r0, r1 = (torch.load(tmp_path / f"result.rank{r}", weights_only=False) for r in (0, 1))
-    single = tr.actor.state_dict()
-    assert any(not torch.equal(v, state0[k]) for k, v in single.items())  # the update moved the weights
-    for k, v in single.items():
-        torch.testing.assert_close(r0["state"][k], v, rtol=1e-4, atol=1e-5, msg=k)
-        assert torch.equal(r0["state"][k], r1["state"][k]), k  # every rank holds the same weights
-    for k, v in want.items():
-        if k.startswith("time/"):
-            continue
-        assert r0["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-5, nan_ok=True), k  # nan: V = 0 at the start
-        assert r1["metrics"][k] == pytest.approx(r0["metrics"][k], rel=0, abs=0, nan_ok=True), k
+    LoRA: only the adapters and the value head train, the frozen base stays the same on every rank).
+    The four cases share one torchrun launch."""
+    cases, expected = [], {}
+    for name, extra in UPDATE_CASES.items():
+        here = tmp_path / name
+        here.mkdir()
+        cfg = load_config("cpu", _overrides(tiny_model_path, here / "single", 1, "ppo.lr=1e-2", *extra))
+        tr = RunTrainer(cfg)
+        ro = tr.collect(tr.prompt_batch(1))
+        torch.save(ro, here / "ro.pt")
+        state0 = {k: v.clone() for k, v in tr.actor.state_dict().items()}
+        want = tr.learn(ro)
+        tr.logger.close()
+        single = tr.actor.state_dict()
+        assert any(not torch.equal(v, state0[k]) for k, v in single.items()), name  # the update moved the weights
+        expected[name] = (single, want)
+        cases.append({"run": str(here / "dp"), "rollout": str(here / "ro.pt"), "result": str(here / "result"),
+                      "extra": list(extra)})  # fmt: skip
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    _torchrun([str(HERE / "dist_worker.py"), tiny_model_path, str(tmp_path / "cases.json")], tmp_path)
+    for name, (single, want) in expected.items():
+        r0, r1 = (torch.load(tmp_path / name / f"result.rank{r}", weights_only=False) for r in (0, 1))
+        for k, v in single.items():
+            torch.testing.assert_close(r0["state"][k], v, rtol=1e-4, atol=1e-5, msg=f"{name}: {k}")
+            assert torch.equal(r0["state"][k], r1["state"][k]), f"{name}: {k}"  # every rank holds the same weights
+        for k, v in want.items():
+            if k.startswith("time/"):
+                continue
+            assert r0["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-5, nan_ok=True), f"{name}: {k}"  # nan: V = 0
+            assert r1["metrics"][k] == pytest.approx(r0["metrics"][k], rel=0, abs=0, nan_ok=True), f"{name}: {k}"
 
 
 @pytest.mark.slow
