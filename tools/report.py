@@ -233,8 +233,11 @@ def real_llm(name: str) -> str:
         f"Held-out problems per evaluation: {data['rows'][0]['n_eval']}. Targets: a sampled gain of at least "
         f"{t['gain_points']:+.0f} points (met on {met['gain']} of {n} seeds), within {t['train_minutes']:.0f} minutes "
         f"of training (met on {met['time']} of {n}), "
-        + (f"the whole run within {t['wall_minutes']:.0f} minutes (met on {met['wall']} of {n}), "
-           if "wall_minutes" in t else "")
+        + (
+            f"the whole run within {t['wall_minutes']:.0f} minutes (met on {met['wall']} of {n}), "
+            if "wall_minutes" in t
+            else ""
+        )
         + f"and an explained variance of at least {t['ev_last']} over the last steps (met on {met['ev']} of {n})."
     )
     legend = (
