@@ -247,3 +247,27 @@ def test_an_adapter_adds_alpha_over_r_times_b_a_x(tiny_model_path):
     with torch.no_grad():
         B.normal_()  # B starts at 0; any B shows the scale
         torch.testing.assert_close(layer(x), layer.base_layer(x) + 2.0 * x @ (B @ A).T)
+
+
+def test_the_merged_copy_generates_as_the_policy_and_leaves_it_as_it_was(tiny_model_path):
+    """``merged_copy`` (what a LoRA run evaluates): a plain LM whose logits are the policy's up to rounding, with
+    no adapter left in it; the live policy keeps its adapters and its base weights bit for bit."""
+    from ppo_core.run.lora import merged_copy
+
+    actor = ActorWithValueHead.from_pretrained(tiny_model_path)
+    apply_lora(actor, LoraConfig(r=4, alpha=8.0))
+    with torch.no_grad():
+        for layer in _adapted(actor).values():
+            layer.lora_B["default"].weight.normal_(std=0.05)  # trained adapters: B A is no longer 0
+    before = {k: v.clone() for k, v in actor.lm.state_dict().items()}
+    merged = merged_copy(actor)
+    assert not any("lora_" in name for name, _ in merged.named_parameters())
+    assert actor.lm.state_dict().keys() == before.keys()
+    assert all(torch.equal(v, before[k]) for k, v in actor.lm.state_dict().items())
+    ids = torch.randint(3, 30, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want, got = actor.lm.eval()(ids).logits, merged(ids).logits
+        with actor.peft_model.disable_adapter():
+            base = actor.lm(ids).logits
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert (want - base).abs().max() > 1e-3  # the adapters do move the logits

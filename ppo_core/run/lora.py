@@ -19,6 +19,7 @@ adapters back into the live model; ``python -m ppo_core.evaluate`` loads the bas
 the run's ``model.dtype``). Without a critic (chapter 07) there is no value head to save or load.
 """
 
+import copy
 import json
 from pathlib import Path
 
@@ -95,8 +96,6 @@ def merged_copy(actor):
     and those weights are also the reference. The copy's outputs equal the policy's up to float rounding
     (exactly, while B = 0), as those of ``python -m ppo_core.evaluate`` (``load_merged``) do.
     """
-    import copy
-
     with _no_peft_deprecation():
         return copy.deepcopy(actor.peft_model).merge_and_unload().eval()
 
