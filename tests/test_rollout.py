@@ -236,3 +236,23 @@ def test_complete_also_greedy_reuses_the_prompts_and_draws_what_two_calls_draw(t
     assert sampled != greedy  # temperature 1 on a random model: the draws differ
     P = [tokenize_prompts(tok, prompts[i : i + 4], 512, "cpu")[0].shape[1] for i in range(0, 15, 4)]
     assert cached == [x for p in P for x in (None, p - 1)]  # sampled from scratch; greedy from its first P - 1
+
+
+def test_complete_also_greedy_in_bf16_runs_the_prompts_again(tiny_model_path, monkeypatch):
+    """Under a bf16 compute dtype the prompt cache is not kept (``PromptCache`` serves float32 only): the greedy
+    draw runs its prompts from scratch and still equals a plain greedy call."""
+    from ppo_core import rollout
+
+    lm, tok = _load(tiny_model_path)
+    kw = dict(max_new_tokens=6, batch_size=2, seed=3, dtype=torch.bfloat16)
+    greedy = rollout.complete(lm, tok, PROMPTS, temperature=None, **kw)
+    given, real_generate = [], lm.generate
+
+    def generate(**call):
+        given.append(call.get("past_key_values"))
+        return real_generate(**call)
+
+    monkeypatch.setattr(lm, "generate", generate)
+    sampled, both_greedy = rollout.complete(lm, tok, PROMPTS, temperature=1.0, also_greedy=True, **kw)
+    assert both_greedy == greedy and len(sampled) == len(PROMPTS)
+    assert given == [None] * 4  # two batches, each drawn twice, every prompt run in full
