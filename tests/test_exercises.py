@@ -1,8 +1,8 @@
 """The learner copies: generated from the chapters, up to date, without solutions, with the
 conventions every exercise follows; the progress summary; the rejection tests of every checker.
 
-The learner copies themselves run under nbval (``pytest exercises``), where ``exercises/conftest.py``
-expects each one to stop at its first exercise's checker.
+The learner copies themselves run in the slow tier (``pytest exercises``, ``exercises/conftest.py``): each must stop
+at its first exercise's checker, then run to its end with the second solutions.
 """
 
 import ast
@@ -218,7 +218,7 @@ def _namespace():
 @pytest.mark.parametrize("ex", [e for e in EXERCISES if e.id != "5.1"], ids=lambda ex: ex.id)
 def test_stub_gives_the_friendly_not_implemented_yet(ex, monkeypatch):
     """The untouched stub, run through its checker: one friendly line naming the exercise, no traceback.
-    (5.1's stub is covered by tests/test_checks_ch05.py and by nbval on exercises/05_full_loop.ipynb.)"""
+    (5.1's stub is covered by tests/test_checks_ch05.py and by the run of exercises/05_full_loop.ipynb.)"""
     monkeypatch.setenv("PPO_CORE_PROGRESS", "off")
     learner_nb = _nb(ROOT / "exercises" / f"{ex.chapter}.ipynb")
     entry = next(e for e in learner_nb["metadata"]["ppo_core"]["exercises"] if e["id"] == ex.id)
@@ -429,15 +429,15 @@ def test_failure_messages_show_expected_and_got_on_a_tiny_case():
     assert compute_gae  # the package answer is what "expected" shows
 
 
-# ---------------------------------------------------------------- exercises/conftest.py: what nbval expects
+# ---------------------------------------------------------------- the learner copies' run: where Run All stops
 
 
-def _toy_notebook(path: Path, checker_source: str, first_source: str = "x = 1") -> None:
+def _toy_notebook(checker_source: str, first_source: str = "x = 1", checker_id: str = "chk"):
     """A learner copy in miniature: a cell, the exercise stub, its checker cell, one more cell."""
     nb = nbformat.v4.new_notebook()
     nb.metadata["ppo_core"] = {
         "learner_copy_of": "chapters/toy.ipynb",
-        "exercises": [{"id": "9.1", "checker": "check_f", "cell": "ex", "checker_cell": "chk"}],
+        "exercises": [{"id": "9.1", "checker": "check_f", "cell": "ex", "checker_cell": checker_id}],
     }
     sources = [
         ("first", first_source),
@@ -449,51 +449,29 @@ def _toy_notebook(path: Path, checker_source: str, first_source: str = "x = 1") 
         cell = nbformat.v4.new_code_cell(source)
         cell.id = cell_id
         nb.cells.append(cell)
-    nbformat.write(nb, path)
+    return nb
 
 
-def test_conftest_expects_the_first_checker_to_stop_the_notebook(tmp_path):
-    """Stops at the first checker with NotImplementedYet: pass, later cells skipped. Runs to the end, or
-    fails before: the notebook fails."""
-    shutil.copy(ROOT / "exercises" / "conftest.py", tmp_path / "conftest.py")
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+def test_run_all_must_stop_at_the_first_checker(tmp_path):
+    """Stops at the first checker with NotImplementedYet: passes, and says where. A copy whose checker passes on the
+    stub, that fails before it, whose checker raises another error, or that runs to its end: fails, saying which."""
+    from learner_solutions import _Kernel, run_all_stops_at_the_first_checker
+
     raise_nyi = (
         "class NotImplementedYet(Exception):\n    pass\n\n"
         "raise NotImplementedYet('Exercise 9.1 (f): f is not implemented yet')"
     )
-    _toy_notebook(tmp_path / "stops.ipynb", raise_nyi)
-    _toy_notebook(tmp_path / "runs_to_end.ipynb", "z = 3")
-    _toy_notebook(tmp_path / "fails_before.ipynb", raise_nyi, first_source="1 / 0")
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "--nbval-lax",
-            "--nbval-current-env",
-            "-rA",
-            "-q",
-            ".",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    ).stdout
-    results = {cell: status for status, cell in re.findall(r"^(PASSED|FAILED) (\w+\.ipynb::Cell \d)", out, re.M)}
-    skipped = re.findall(
-        r"^SKIPPED \[\d+\] \S+: not run: the notebook stopped at the checker of exercise 9\.1", out, re.M
-    )
-    assert results == {
-        "stops.ipynb::Cell 0": "PASSED",
-        "stops.ipynb::Cell 1": "PASSED",
-        "stops.ipynb::Cell 2": "PASSED",  # cell 3 skipped
-        "runs_to_end.ipynb::Cell 0": "PASSED",
-        "runs_to_end.ipynb::Cell 1": "PASSED",
-        "runs_to_end.ipynb::Cell 2": "FAILED",
-        "fails_before.ipynb::Cell 0": "FAILED",
-    }, out
-    assert skipped and "passed on the stub" in out and "ZeroDivisionError" in out, out
-    assert "3 failed" not in out and "2 failed, 5 passed, 5 skipped" in out, out
+    stops = _toy_notebook(raise_nyi)
+    wrong = {
+        "passed on the stub": _toy_notebook("z = 3"),
+        "cell 0 .*ZeroDivisionError": _toy_notebook(raise_nyi, first_source="1 / 0"),
+        "the checker of exercise 9.1 raised ValueError": _toy_notebook("raise ValueError('not implemented yet')"),
+        "ran to its end": _toy_notebook("z = 3", checker_id="elsewhere"),
+    }
+    with _Kernel(stops, tmp_path, timeout=60) as kernel:
+        assert run_all_stops_at_the_first_checker(kernel, stops, "toy") == 2
+        assert "after" not in [c.id for c in stops.cells if c.get("outputs") or c.get("execution_count")]
+        for message, nb in wrong.items():
+            kernel.client.nb = nb
+            with pytest.raises(AssertionError, match=message):
+                run_all_stops_at_the_first_checker(kernel, nb, "toy")

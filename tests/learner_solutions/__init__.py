@@ -21,7 +21,16 @@ from pathlib import Path
 
 from tools.exercises import EXERCISES, find_exercises, replace_solution, stub_source
 
-__all__ = ["solution", "solution_body", "filled_copy", "run_filled_copy", "KNOWN_BREAKS", "KnownBreak", "SMOKE"]
+__all__ = [
+    "solution",
+    "solution_body",
+    "filled_copy",
+    "run_learner_copy",
+    "run_all_stops_at_the_first_checker",
+    "KNOWN_BREAKS",
+    "KnownBreak",
+    "SMOKE",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,43 +109,110 @@ def _current_env_kernel():
     return KernelManager(kernel_name="python3", kernel_spec_manager=CurrentEnv())
 
 
-def run_filled_copy(chapter: str, root: Path = ROOT, timeout: int = 900):
-    """Run the filled learner copy top to bottom (cwd: exercises/); return the executed notebook.
+EXPECTED_ERROR = "NotImplementedYet"
+EXPECTED_TEXT = "not implemented yet"
 
-    Raises KnownBreak if it stops at the cell ``KNOWN_BREAKS`` names, AssertionError if it stops anywhere else,
-    if a checker cell does not print that it passed, or if the last cell's progress does not list the chapter's
-    exercises as passed.
+
+class _Kernel:
+    """One kernel for a notebook (this process's Python, cwd ``path``): ``run(cell, index)`` executes a cell of it and
+    returns None, or the cell's error output if it raised. Shut down on leaving the ``with``."""
+
+    def __init__(self, nb, path: Path, timeout: int, env: dict | None = None):
+        from nbclient import NotebookClient
+
+        self.client = NotebookClient(
+            nb, km=_current_env_kernel(), timeout=timeout, record_timing=False,
+            resources={"metadata": {"path": str(path)}},
+        )  # fmt: skip
+        self.env = env
+
+    def __enter__(self):
+        self._setup = self.client.setup_kernel(env={**os.environ, **(self.env or {})})
+        self._setup.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self._setup.__exit__(*exc)
+        finally:  # a kernel manager handed in is not shut down by nbclient: the kernel would outlive the test
+            if self.client.kc is not None:
+                self.client.kc.stop_channels()
+            self.client.km.shutdown_kernel(now=True)
+
+    def run(self, cell, index: int) -> dict | None:
+        from nbclient.exceptions import CellExecutionError
+
+        try:
+            self.client.execute_cell(cell, index)
+        except CellExecutionError:
+            return next(out for out in cell.outputs if out.get("output_type") == "error")
+        return None
+
+
+def run_all_stops_at_the_first_checker(kernel: _Kernel, nb, where: str) -> int:
+    """Run All on a learner copy as it is: every cell runs until the checker cell of its first exercise, which must
+    raise ``NotImplementedYet`` ("... is not implemented yet"), as Run All in Jupyter stops there. Returns that
+    cell's index; AssertionError, naming the cell, if a cell fails before it, if it passes, or if the copy ends."""
+    first = nb.metadata["ppo_core"]["exercises"][0]
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        error = kernel.run(cell, index)
+        is_checker = cell.get("id") == first["checker_cell"]
+        if error is not None:
+            ename, evalue = error.get("ename", "?"), error.get("evalue", "")
+            if is_checker and ename == EXPECTED_ERROR and EXPECTED_TEXT in evalue:
+                return index
+            what = f"the checker of exercise {first['id']}" if is_checker else f"cell {index} (id {cell.get('id')})"
+            raise AssertionError(
+                f"{where}: {what} raised {ename}: {evalue}\n"
+                f"expected Run All to stop at the checker of exercise {first['id']} with {EXPECTED_ERROR} "
+                f"('{EXPECTED_TEXT}') on the untouched stub"
+            )
+        if is_checker:
+            raise AssertionError(
+                f"{where}: the checker of exercise {first['id']} passed on the stub; it should raise "
+                f"{EXPECTED_ERROR} (is the solution region really replaced?)"
+            )
+    raise AssertionError(f"{where} ran to its end: it should stop at the checker of exercise {first['id']}")
+
+
+def run_learner_copy(chapter: str, root: Path = ROOT, timeout: int = 900):
+    """Run a learner copy twice over in one kernel (cwd: exercises/, ``PPO_NOTEBOOK_SMOKE=1``); return the filled
+    notebook, executed from its first exercise on.
+
+    1. The copy as it is, Run All: it must stop at the checker of its first exercise
+       (``run_all_stops_at_the_first_checker``).
+    2. Every stub filled with its second solution (``filled_copy``): from the first exercise's cell on, every cell
+       runs to the end, every checker prints that it passed, and the last cell's progress lists every exercise as
+       passed. The cells before the first exercise are those of step 1, already run in this kernel.
+
+    Raises KnownBreak if step 2 stops at the cell ``KNOWN_BREAKS`` names, AssertionError anywhere else.
     """
     import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
 
+    learner = nbformat.reads((root / "exercises" / f"{chapter}.ipynb").read_text(encoding="utf-8"), as_version=4)
     nb = nbformat.reads(json.dumps(filled_copy(chapter, root)), as_version=4)
-    client = NotebookClient(
-        nb,
-        km=_current_env_kernel(),
-        timeout=timeout,
-        record_timing=False,
-        resources={"metadata": {"path": str(root / "exercises")}},
-    )
-    try:
-        client.execute(env={**os.environ, SMOKE: "1"})
-    except CellExecutionError as err:
-        index, cell = next(
-            (i, c)
-            for i, c in enumerate(nb.cells)
-            if any(out.get("output_type") == "error" for out in c.get("outputs", []))
-        )
-        error = next(out for out in cell.outputs if out.get("output_type") == "error")
-        message = (
-            f"exercises/{chapter}.ipynb with the second solutions stopped at cell {index} (id {cell.get('id')}): "
-            f"{error.get('ename')}: {error.get('evalue')}\n\n{err}"
-        )
-        if KNOWN_BREAKS.get(chapter, (None,))[0] == cell.get("id"):
-            raise KnownBreak(message) from None
-        raise AssertionError(message) from None
-    cells = {cell.get("id"): cell for cell in nb.cells}
     entries = nb.metadata["ppo_core"]["exercises"]
+    start = next(i for i, cell in enumerate(nb.cells) if cell.get("id") == entries[0]["cell"])
+    with _Kernel(learner, root / "exercises", timeout, {SMOKE: "1"}) as kernel:
+        run_all_stops_at_the_first_checker(kernel, learner, f"exercises/{chapter}.ipynb")
+        kernel.client.nb = nb
+        for index in range(start, len(nb.cells)):
+            cell = nb.cells[index]
+            if cell.cell_type != "code":
+                continue
+            error = kernel.run(cell, index)
+            if error is None:
+                continue
+            message = (
+                f"exercises/{chapter}.ipynb with the second solutions stopped at cell {index} (id {cell.get('id')}): "
+                f"{error.get('ename')}: {error.get('evalue')}\n\n" + "\n".join(error.get("traceback", []))
+            )
+            if KNOWN_BREAKS.get(chapter, (None,))[0] == cell.get("id"):
+                raise KnownBreak(message)
+            raise AssertionError(message)
+    cells = {cell.get("id"): cell for cell in nb.cells}
     for entry in entries:
         printed = "".join(out.get("text", "") for out in cells[entry["checker_cell"]].outputs)
         assert f"{entry['checker']} passed (exercise {entry['id']})" in printed, (entry, printed)
