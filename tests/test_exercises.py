@@ -472,6 +472,5 @@ def test_run_all_must_stop_at_the_first_checker(tmp_path):
         assert run_all_stops_at_the_first_checker(kernel, stops, "toy") == 2
         assert "after" not in [c.id for c in stops.cells if c.get("outputs") or c.get("execution_count")]
         for message, nb in wrong.items():
-            kernel.client.nb = nb
             with pytest.raises(AssertionError, match=message):
                 run_all_stops_at_the_first_checker(kernel, nb, "toy")

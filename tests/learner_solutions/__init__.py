@@ -114,8 +114,9 @@ EXPECTED_TEXT = "not implemented yet"
 
 
 class _Kernel:
-    """One kernel for a notebook (this process's Python, cwd ``path``): ``run(cell, index)`` executes a cell of it and
-    returns None, or the cell's error output if it raised. Shut down on leaving the ``with``."""
+    """One kernel (this process's Python, cwd ``path``): ``run(nb, index)`` executes cell ``index`` of ``nb`` and
+    returns None, or the cell's error output if it raised. Notebooks may take turns in it. Shut down on leaving the
+    ``with``."""
 
     def __init__(self, nb, path: Path, timeout: int, env: dict | None = None):
         from nbclient import NotebookClient
@@ -139,9 +140,11 @@ class _Kernel:
                 self.client.kc.stop_channels()
             self.client.km.shutdown_kernel(now=True)
 
-    def run(self, cell, index: int) -> dict | None:
+    def run(self, nb, index: int) -> dict | None:
         from nbclient.exceptions import CellExecutionError
 
+        self.client.nb = nb  # nbclient writes the executed cell back into its notebook
+        cell = nb.cells[index]
         try:
             self.client.execute_cell(cell, index)
         except CellExecutionError:
@@ -157,7 +160,7 @@ def run_all_stops_at_the_first_checker(kernel: _Kernel, nb, where: str) -> int:
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        error = kernel.run(cell, index)
+        error = kernel.run(nb, index)
         is_checker = cell.get("id") == first["checker_cell"]
         if error is not None:
             ename, evalue = error.get("ename", "?"), error.get("evalue", "")
@@ -197,12 +200,11 @@ def run_learner_copy(chapter: str, root: Path = ROOT, timeout: int = 900):
     start = next(i for i, cell in enumerate(nb.cells) if cell.get("id") == entries[0]["cell"])
     with _Kernel(learner, root / "exercises", timeout, {SMOKE: "1"}) as kernel:
         run_all_stops_at_the_first_checker(kernel, learner, f"exercises/{chapter}.ipynb")
-        kernel.client.nb = nb
         for index in range(start, len(nb.cells)):
             cell = nb.cells[index]
             if cell.cell_type != "code":
                 continue
-            error = kernel.run(cell, index)
+            error = kernel.run(nb, index)
             if error is None:
                 continue
             message = (
