@@ -124,6 +124,33 @@ def test_without_a_critic_value_lr_and_lam_value_are_ignored_and_warmup_refused(
     assert "\n" not in str(err.value)
 
 
+def test_the_optimizer_is_torch_s_fused_adamw_and_steps_as_its_loop():
+    """build_optimizer's AdamW runs fused on the CPU, with the groups, learning rates and weight decay of the loop
+    version: three steps on the same gradients move every weight the same, up to float rounding."""
+    import copy
+
+    from ppo_core.model import ActorWithValueHead
+    from ppo_core.tasks.tiny import build_char_tokenizer, build_tiny_model
+
+    torch.manual_seed(0)
+    actor = ActorWithValueHead(build_tiny_model(build_char_tokenizer("ab")))
+    twin, start = copy.deepcopy(actor), copy.deepcopy(actor)
+    ppo = load_config("cpu", ["ppo.weight_decay=0.1"]).ppo
+    fused = build_optimizer(actor, ppo)
+    assert fused.defaults["fused"] and ppo.value_lr > 0 and len(fused.param_groups) == 2
+    loop = torch.optim.AdamW(param_groups(twin, ppo), lr=ppo.lr, weight_decay=ppo.weight_decay, foreach=False)
+    for _ in range(3):
+        for a, b in zip(actor.parameters(), twin.parameters()):
+            a.grad = torch.randn_like(a)
+            b.grad = a.grad.clone()
+        fused.step()
+        loop.step()
+    moved = [(a - b).abs().max().item() for a, b in zip(actor.parameters(), twin.parameters())]
+    assert max(moved) < 1e-6, max(moved)
+    steps = [(a - b).abs().max().item() for a, b in zip(actor.parameters(), start.parameters())]
+    assert min(steps) > ppo.lr  # every weight moved (Adam: about lr per step)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # bfloat16: the trunk under autocast, as on the cuda preset
 def test_value_warmup_fits_the_critic_and_leaves_the_policy_untouched(tiny_model_path, tmp_path, dtype):
     extra = ("ppo.value_warmup_steps=2", "ppo.adaptive_kl=true", f"model.dtype={dtype}", "train.check_ratio=false")
