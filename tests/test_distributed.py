@@ -83,32 +83,49 @@ UPDATE_CASES = {
 }
 
 
+@pytest.fixture(scope="module")
+def one_launch(tiny_model_path, rm_path, tmp_path_factory):
+    """The update cases (saved rollouts, and the single process's result on each) and the GRPO case (the ranks
+    collect), run in one torchrun launch: a launch costs more than a case. Returns the folder and the expected
+    results of the update cases."""
+    root = tmp_path_factory.mktemp("dp")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cases, expected = [], {}
+        for name, extra in UPDATE_CASES.items():
+            here = root / name
+            here.mkdir()
+            cfg = load_config("cpu", _overrides(tiny_model_path, here / "single", 1, "ppo.lr=1e-2", *extra))
+            tr = RunTrainer(cfg)
+            ro = tr.collect(tr.prompt_batch(1))
+            torch.save(ro, here / "ro.pt")
+            state0 = {k: v.clone() for k, v in tr.actor.state_dict().items()}
+            want = tr.learn(ro)
+            tr.logger.close()
+            single = tr.actor.state_dict()
+            assert any(not torch.equal(v, state0[k]) for k, v in single.items()), name  # the update moved the weights
+            expected[name] = (single, want)
+            cases.append({"run": str(here / "dp"), "rollout": str(here / "ro.pt"), "result": str(here / "result"),
+                          "extra": list(extra)})  # fmt: skip
+        grpo = [*GRPO, "reward.type=model", f"reward.path={rm_path}"]
+        cases.append({"run": str(root / "grpo"), "rollout": "collect", "result": str(root / "res"), "extra": grpo})
+        (root / "cases.json").write_text(json.dumps(cases))
+        _torchrun([str(HERE / "dist_worker.py"), tiny_model_path, str(root / "cases.json")], root)
+    finally:
+        torch.set_num_threads(threads)
+    return root, expected
+
+
 @pytest.mark.slow
-def test_two_ranks_update_equals_one_process(tiny_model_path, tmp_path, one_thread):
+def test_two_ranks_update_equals_one_process(one_launch):
     """One update on a saved rollout, on 2 ranks and in 1 process: the same weights and logged statistics
     (the separate critic: its trunk's gradients averaged too, its extra value-only passes on every rank;
     LoRA: only the adapters and the value head train, the frozen base stays the same on every rank).
-    The four cases share one torchrun launch."""
-    cases, expected = [], {}
-    for name, extra in UPDATE_CASES.items():
-        here = tmp_path / name
-        here.mkdir()
-        cfg = load_config("cpu", _overrides(tiny_model_path, here / "single", 1, "ppo.lr=1e-2", *extra))
-        tr = RunTrainer(cfg)
-        ro = tr.collect(tr.prompt_batch(1))
-        torch.save(ro, here / "ro.pt")
-        state0 = {k: v.clone() for k, v in tr.actor.state_dict().items()}
-        want = tr.learn(ro)
-        tr.logger.close()
-        single = tr.actor.state_dict()
-        assert any(not torch.equal(v, state0[k]) for k, v in single.items()), name  # the update moved the weights
-        expected[name] = (single, want)
-        cases.append({"run": str(here / "dp"), "rollout": str(here / "ro.pt"), "result": str(here / "result"),
-                      "extra": list(extra)})  # fmt: skip
-    (tmp_path / "cases.json").write_text(json.dumps(cases))
-    _torchrun([str(HERE / "dist_worker.py"), tiny_model_path, str(tmp_path / "cases.json")], tmp_path)
+    The four cases share one torchrun launch with the GRPO case below."""
+    root, expected = one_launch
     for name, (single, want) in expected.items():
-        r0, r1 = (torch.load(tmp_path / name / f"result.rank{r}", weights_only=False) for r in (0, 1))
+        r0, r1 = (torch.load(root / name / f"result.rank{r}", weights_only=False) for r in (0, 1))
         for k, v in single.items():
             torch.testing.assert_close(r0["state"][k], v, rtol=1e-4, atol=1e-5, msg=f"{name}: {k}")
             assert torch.equal(r0["state"][k], r1["state"][k]), f"{name}: {k}"  # every rank holds the same weights
@@ -140,14 +157,14 @@ def test_two_rank_run_same_weights_and_resume(tiny_model_path, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_ranks_grpo_groups_and_a_reward_model(tiny_model_path, rm_path, tmp_path, one_thread):
+def test_two_ranks_grpo_groups_and_a_reward_model(tiny_model_path, rm_path, one_launch, tmp_path, one_thread):
     """No critic, rollout.group_size=4 (2 whole groups per rank), the KL in a sequence-mean loss and
     reward.type=model: the ranks' gathered batch is the step's prompts in order with each group's rows
-    together, the reward model scored every row, and one update equals the single-process one."""
+    together, the reward model scored every row, and one update equals the single-process one. The ranks ran
+    in ``one_launch``, after the update cases."""
     extra = [*GRPO, "reward.type=model", f"reward.path={rm_path}"]
-    worker = [str(HERE / "dist_worker.py"), tiny_model_path, str(tmp_path / "dp"), "collect", str(tmp_path / "res")]
-    _torchrun([*worker, *extra], tmp_path)
-    saved = torch.load(tmp_path / "res.rollout", weights_only=False)
+    root = one_launch[0]
+    saved = torch.load(root / "res.rollout", weights_only=False)
     ro, records = saved["rollout"], saved["records"]
     tr = RunTrainer(load_config("cpu", [*_overrides(tiny_model_path, tmp_path / "single", 1, "ppo.lr=1e-2"), *extra]))
     assert tr.actor.value_head is None and ro.values is None
@@ -164,7 +181,7 @@ def test_two_ranks_grpo_groups_and_a_reward_model(tiny_model_path, rm_path, tmp_
     state0 = {k: v.clone() for k, v in tr.actor.state_dict().items()}
     want = tr.learn(ro)
     tr.logger.close()
-    r0, r1 = (torch.load(tmp_path / f"res.rank{r}", weights_only=False) for r in (0, 1))
+    r0, r1 = (torch.load(root / f"res.rank{r}", weights_only=False) for r in (0, 1))
     assert "kl/loss" in want and not any(k.startswith("value/") for k in r0["metrics"])
     for k, v in want.items():  # the losses, the gradient norm and the token statistics of the global minibatches
         if not k.startswith("time/"):
