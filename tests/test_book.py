@@ -420,9 +420,53 @@ def _check_markdown_page(page: str, found: dict, problems: list[str]) -> None:
         problems.append(f"tables wider than the page, cut off (first cell, width, room): {found['wide_tables']}")
 
 
+FIT_WIDTHS = (1280, 1920)
+"""Window widths a reader's browser is likely to have (the content column is about 690 px at both)."""
+
+FIND_OVERFLOW = r"""
+const main = document.querySelector('main') || document.body;
+const found = [];
+const label = el => (el.innerText || el.getAttribute('src') || el.tagName).trim().split('\n')
+  .reduce((a, b) => (b.length > a.length ? b : a), '').slice(0, 70);
+// printed outputs, tables and display equations: a horizontal scrollbar, or a box wider than its container
+const boxes = ['.output.stream pre', '.output.stderr pre', '.output.text_plain pre', 'main table',
+  'mjx-container[display="true"]'].join(', ');  // package source listings (.highlight) may scroll
+for (const el of main.querySelectorAll(boxes)) {
+  const parent = el.parentElement.getBoundingClientRect().width;
+  const scrolls = el.scrollWidth > el.clientWidth + 1;
+  const wider = el.getBoundingClientRect().width > parent + 1;
+  const size = `${Math.round(el.scrollWidth)} px in ${Math.round(parent)} px`;
+  if (scrolls || wider) found.push(`${el.tagName.toLowerCase()} ${size}: ${label(el)}`);
+}
+// figures: drawn wider than the column, or shrunk by more than a fifth to fit it (their text then shrinks too)
+for (const img of main.querySelectorAll('.cell_output img')) {
+  const shown = img.getBoundingClientRect().width;
+  const parent = img.parentElement.getBoundingClientRect().width;
+  if (shown > parent + 1 || img.naturalWidth > 1.25 * shown) {
+    found.push(`figure ${img.naturalWidth} px drawn at ${Math.round(shown)} px in ${Math.round(parent)} px`);
+  }
+}
+return found;
+"""
+
+
+def _check_column_fit(driver, problems: list[str]) -> None:
+    """No printed output, table, display equation or figure is wider than the content column, at each of
+    ``FIT_WIDTHS``. The loaded page is measured after each resize of the window: the browser lays it out again
+    before the script reads the layout."""
+    try:
+        for width in FIT_WIDTHS:
+            driver.set_window_size(width, 2000)
+            assert driver.execute_script("return window.innerWidth") == width
+            problems += [f"wider than the column at {width} px: {p}" for p in driver.execute_script(FIND_OVERFLOW)]
+    finally:
+        driver.set_window_size(1200, 2000)  # the size the other browser tests load at (CHROMIUM_FLAGS)
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_page_renders_offline(browser, page):
-    """Offline from disk: math typeset, images loaded, widgets' fallbacks work, solutions hidden, no JS errors."""
+    """Offline from disk: math typeset, images loaded, widgets' fallbacks work, solutions hidden, no JS errors;
+    on a chapter page, no output wider than the content column."""
     path = book.HTML / f"{page}.html"
     assert path.is_file(), f"{path} was not built"
     browser.get_log("browser")  # drop what earlier pages logged
@@ -457,6 +501,7 @@ def test_page_renders_offline(browser, page):
         _check_fallback_sliders(browser, page, nb, problems)
         _check_hidden_solutions(browser, nb, problems)
         _check_notebook_links(browser, page, problems)
+        _check_column_fit(browser, problems)
         shown = [_normalise(text) for text in found["streams"]]
         if shown != notebook_streams(nb):
             problems.append(
@@ -467,57 +512,6 @@ def test_page_renders_offline(browser, page):
     if errors:
         problems.append("JavaScript console errors:\n    " + "\n    ".join(errors[:10]))
     assert not problems, f"{page}.html:\n  " + "\n  ".join(problems)
-
-
-FIT_WIDTHS = (1280, 1920)
-"""Window widths a reader's browser is likely to have (the content column is about 690 px at both)."""
-
-FIND_OVERFLOW = r"""
-const main = document.querySelector('main') || document.body;
-const found = [];
-const label = el => (el.innerText || el.getAttribute('src') || el.tagName).trim().split('\n')
-  .reduce((a, b) => (b.length > a.length ? b : a), '').slice(0, 70);
-// printed outputs, tables and display equations: a horizontal scrollbar, or a box wider than its container
-const boxes = ['.output.stream pre', '.output.stderr pre', '.output.text_plain pre', 'main table',
-  'mjx-container[display="true"]'].join(', ');  // package source listings (.highlight) may scroll
-for (const el of main.querySelectorAll(boxes)) {
-  const parent = el.parentElement.getBoundingClientRect().width;
-  const scrolls = el.scrollWidth > el.clientWidth + 1;
-  const wider = el.getBoundingClientRect().width > parent + 1;
-  const size = `${Math.round(el.scrollWidth)} px in ${Math.round(parent)} px`;
-  if (scrolls || wider) found.push(`${el.tagName.toLowerCase()} ${size}: ${label(el)}`);
-}
-// figures: drawn wider than the column, or shrunk by more than a fifth to fit it (their text then shrinks too)
-for (const img of main.querySelectorAll('.cell_output img')) {
-  const shown = img.getBoundingClientRect().width;
-  const parent = img.parentElement.getBoundingClientRect().width;
-  if (shown > parent + 1 || img.naturalWidth > 1.25 * shown) {
-    found.push(`figure ${img.naturalWidth} px drawn at ${Math.round(shown)} px in ${Math.round(parent)} px`);
-  }
-}
-return found;
-"""
-
-
-@pytest.mark.parametrize("page", CHAPTER_PAGES)
-def test_outputs_fit_the_column(browser, page):
-    """No printed output, table, display equation or figure is wider than the content column (1280 and 1920 px).
-
-    The page is loaded once, at the first width; the window is then resized, and the browser lays the page out
-    again before the script measures it (the measurements read the layout, which a resize recomputes)."""
-    path = book.HTML / f"{page}.html"
-    problems = []
-    try:
-        for i, width in enumerate(FIT_WIDTHS):
-            browser.set_window_size(width, 1200)
-            if i == 0:
-                browser.get(path.as_uri())
-                browser.execute_async_script(WAIT_FOR_PAGE)
-            assert browser.execute_script("return window.innerWidth") == width
-            problems += [f"at {width} px: {p}" for p in browser.execute_script(FIND_OVERFLOW)]
-    finally:
-        browser.set_window_size(1200, 2000)  # the other browser tests' size (CHROMIUM_FLAGS)
-    assert not problems, f"{page}.html: outputs wider than the column:\n  " + "\n  ".join(problems[:20])
 
 
 def test_fit_check_rejects_wide_outputs(browser, tmp_path):
@@ -552,3 +546,16 @@ def test_fit_check_rejects_wide_outputs(browser, tmp_path):
     path.write_text(page("x" * 60, 3, 6.5))
     browser.get(path.as_uri())
     assert browser.execute_script(FIND_OVERFLOW) == []
+
+
+def test_column_check_measures_each_width_after_a_resize(browser, tmp_path):
+    """``_check_column_fit`` re-measures the loaded page at each width: a column that narrows as the window widens
+    (planted) overflows at 1920 px only, one that widens overflows at 1280 px only."""
+    line = "<div class='output stream'><pre style='overflow: auto'>" + "x" * 100 + "</pre></div>"
+    for main_width, only in (("calc(2400px - 100vw)", 1920), ("calc(100vw - 600px)", 1280)):
+        path = tmp_path / f"resize{only}.html"
+        path.write_text(f"<html><body><main style='width: {main_width}'>{line}</main></body></html>")
+        browser.get(path.as_uri())
+        problems = []
+        _check_column_fit(browser, problems)
+        assert [p.split(":")[0] for p in problems] == [f"wider than the column at {only} px"], problems
