@@ -12,7 +12,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see ppo_core/run/cli.py
-os.environ.setdefault("PPO_NOTEBOOK_QUICK", "1")  # chapter 05's full run: 2 steps under the suite, 40 for a reader
+os.environ.setdefault("PPO_NOTEBOOK_QUICK", "1")  # chapter 05's full run: 1 step under the suite, 40 for a reader
 # glibc's malloc, in the processes the suite starts (workers, kernels, commands): blocks up to 32 MiB (the most
 # glibc's adaptive threshold reaches by itself) come from the heap, and freed memory is kept for reuse instead of
 # being handed back and faulted in again at the next step. The same runs with a third of the page faults: the
