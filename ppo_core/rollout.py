@@ -398,16 +398,27 @@ def monte_carlo_values(lm, tokenizer, prompts: list[str], ro: Rollout, score_fn,
     For every prefix of every response of ``ro`` (the state before response token t), sample ``k``
     continuations of at most T - t tokens from ``lm`` at ``temperature`` and average
     ``score_fn(b, full_completion)`` over them. Returns (B, T), 0 off the mask. The KL part of the
-    return is left out. Cost: k * (sum of the response lengths) short generations.
+    return is left out. Cost: k * (sum of the response lengths) short generations; each prompt + prefix is
+    run through ``lm`` once, and its keys and values are shared by its k continuations.
     """
     B, T = ro.mask.shape
     lengths = ro.mask.sum(1).tolist()
     v = torch.zeros(B, T)
+    device = next(lm.parameters()).device
     for t in range(T):
         rows = [b for b in range(B) if lengths[b] > t]
         prefixes = [tokenizer.decode(ro.response_ids[b, :t], skip_special_tokens=True) for b in rows]
-        texts = [prompts[b] + pre for b, pre in zip(rows, prefixes) for _ in range(k)]
-        out = sample(lm, tokenizer, texts, T - t, temperature, max_prompt_len=10**6)
+        starts = [prompts[b] + pre for b, pre in zip(rows, prefixes)]
+        ids, attn = tokenize_prompts(tokenizer, starts, 10**6, device)  # (rows, P), as ``sample`` pads them
+        past = None
+        if ids.shape[1] > 1:  # all but the last token, which generate runs itself: once per start, then k copies
+            attn = attn[:, :-1]
+            past = lm(input_ids=ids[:, :-1], attention_mask=attn, position_ids=position_ids_from_mask(attn),
+                      use_cache=True, logits_to_keep=1).past_key_values  # fmt: skip
+            past.batch_repeat_interleave(k)
+        texts = [start for start in starts for _ in range(k)]
+        out = sample(lm, tokenizer, texts, T - t, temperature, max_prompt_len=10**6,
+                     prompt_past=None if past is None else [past])  # fmt: skip
         pairs = [(b, pre) for b, pre in zip(rows, prefixes) for _ in range(k)]
         scores = torch.tensor([float(score_fn(b, pre + c)) for (b, pre), c in zip(pairs, out.completions)])
         v[rows, t] = scores.view(len(rows), k).mean(1)

@@ -275,6 +275,37 @@ def test_monte_carlo_values_know_what_the_prefix_decides(tiny_model_path, tmp_pa
     assert (v[~ro.mask] == 0).all()
 
 
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_monte_carlo_values_draw_as_k_separate_prompts_would(arch):
+    """monte_carlo_values runs each prompt + prefix once and shares its keys and values among its k continuations:
+    the same draws as k separate copies of the text through ``sample`` (a naive loop written here), on a rotary
+    and an absolute-position model, left-padded rows included."""
+    from ppo_core.rollout import monte_carlo_values, sample
+    from ppo_core.tasks.tiny import build_char_tokenizer, build_tiny_model
+
+    tok = build_char_tokenizer("abc +=")
+    torch.manual_seed(0)
+    size = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
+    lm = build_tiny_model(tok, arch, **(size if arch == "llama" else {"n_embd": 32, "n_layer": 2, "n_head": 2}))
+    prompts = ["ab+c=", "a=", "cab+ba+c="]  # unequal lengths: left padding
+    score = lambda b, text: float(text.count("a") + b)  # noqa: E731
+    ro = sample(lm, tok, prompts, 5, 1.0)
+    k, T = 3, ro.mask.shape[1]
+    torch.manual_seed(7)
+    got = monte_carlo_values(lm, tok, prompts, ro, score, k=k)
+    torch.manual_seed(7)
+    want = torch.zeros_like(got)
+    for t in range(T):
+        rows = [b for b in range(len(prompts)) if ro.mask[b, t]]
+        prefixes = [tok.decode(ro.response_ids[b, :t], skip_special_tokens=True) for b in rows]
+        out = sample(lm, tok, [prompts[b] + pre for b, pre in zip(rows, prefixes) for _ in range(k)], T - t, 1.0,
+                     max_prompt_len=10**6)  # fmt: skip
+        for j, (b, pre) in enumerate(zip(rows, prefixes)):
+            want[b, t] = sum(score(b, pre + c) for c in out.completions[j * k : (j + 1) * k]) / k
+    assert got[ro.mask].sum() > 0 and (got[~ro.mask] == 0).all()
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+
+
 def test_value_updates_raise_explained_variance_on_a_fixed_rollout(tiny_model_path, tmp_path):
     """The critic can learn: value-head updates on one rollout with Monte-Carlo targets raise its explained variance.
 
