@@ -1,7 +1,8 @@
 """Data parallel with torchrun (run/distributed.py), on the CPU with 2 gloo processes.
 
-Each 2-process test starts ``python -m torch.distributed.run --nproc_per_node=2`` on a free port (about
-10-15 s); the batch-split rules are checked in this process.
+A 2-process test starts ``python -m torch.distributed.run --nproc_per_node=2`` on a free port (about
+10-15 s), or reads the ranks' results of ``one_launch``, which runs several cases in one launch; the batch-split
+rules are checked in this process.
 """
 
 import json
