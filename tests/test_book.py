@@ -450,14 +450,26 @@ return found;
 """
 
 
+WAIT_FOR_WIDTH = """
+const width = arguments[0], done = arguments[arguments.length - 1];
+const deadline = Date.now() + 10000;
+(function wait() {  // the window takes the new size a moment after the driver's call returns
+  if (window.innerWidth === width) return setTimeout(() => done(width), 50);  // its resize handlers run first
+  if (Date.now() > deadline) return done(window.innerWidth);
+  setTimeout(wait, 20);
+})();
+"""
+
+
 def _check_column_fit(driver, problems: list[str]) -> None:
     """No printed output, table, display equation or figure is wider than the content column, at each of
-    ``FIT_WIDTHS``. The loaded page is measured after each resize of the window: the browser lays it out again
-    before the script reads the layout."""
+    ``FIT_WIDTHS``. The loaded page is measured after each resize of the window, once the page has the new width:
+    the browser lays it out again before the script reads the layout."""
     try:
         for width in FIT_WIDTHS:
             driver.set_window_size(width, 2000)
-            assert driver.execute_script("return window.innerWidth") == width
+            got = driver.execute_async_script(WAIT_FOR_WIDTH, width)
+            assert got == width, f"the window is {got} px wide 10 s after a resize to {width} px"
             problems += [f"wider than the column at {width} px: {p}" for p in driver.execute_script(FIND_OVERFLOW)]
     finally:
         driver.set_window_size(1200, 2000)  # the size the other browser tests load at (CHROMIUM_FLAGS)
