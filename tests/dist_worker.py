@@ -1,13 +1,11 @@
-"""Run by tests/test_distributed.py under torchrun: one data-parallel update on a rollout.
+"""Run by tests/test_distributed.py under torchrun: data-parallel updates, one per case, in one launch (a launch
+costs more than a case).
 
-argv: model path, run folder, rollout file, output file, then extra config overrides. The rollout file
-is a saved rollout, or ``collect``: the ranks sample and score step 1's prompts themselves
-(``PPOTrainer.collect`` with a ``DataParallel``: each rank its slice, then gathered), and rank 0 also saves the
-gathered rollout and the step's records to ``{output}.rollout``. Each rank writes its weights and the
-update's stats to ``{output}.rank{r}``.
-
-Or argv: model path and a JSON file of cases, ``[{"run": folder, "rollout": file, "result": file, "extra":
-[overrides]}, ...]``: the same, case after case, in one launch (a launch costs more than a case).
+argv: model path and a JSON file of cases, ``[{"run": folder, "rollout": file, "result": file, "extra":
+[overrides]}, ...]``. A case's rollout is a saved rollout, or ``collect``: the ranks sample and score step 1's
+prompts themselves (``PPOTrainer.collect`` with a ``DataParallel``: each rank its slice, then gathered), and rank 0
+also saves the gathered rollout and the step's records to ``{result}.rollout``. Each rank writes its weights and
+the update's stats to ``{result}.rank{r}``.
 """
 
 import json
@@ -50,9 +48,6 @@ def run_case(model: str, out: str, rollout_file: str, result: str, extra: list[s
     trainer.logger.close()
 
 
-if len(sys.argv) == 3:  # model path, cases file
-    for case in json.loads(Path(sys.argv[2]).read_text()):
-        run_case(sys.argv[1], case["run"], case["rollout"], case["result"], case["extra"])
-else:
-    model, out, rollout_file, result, *extra = sys.argv[1:]
-    run_case(model, out, rollout_file, result, extra)
+model, cases = sys.argv[1:]
+for case in json.loads(Path(cases).read_text()):
+    run_case(model, case["run"], case["rollout"], case["result"], case["extra"])
