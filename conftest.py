@@ -28,7 +28,7 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")  # this process only; notebook kernels keep their inline backend
 
-from tools import book  # noqa: E402
+from tools import book, kernel_fork  # noqa: E402
 
 BOOK_TESTS = "tests/test_book.py"
 
@@ -65,6 +65,11 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # the controller (or a plain run); xdist workers inherit its id
         book.new_session()
     config.pluginmanager.register(book.NotebookRecorder(), "ppo-notebook-recorder")
+    kernel_fork.install()  # notebook kernels forked from a process that imported torch once (tools/kernel_fork.py)
+
+
+def pytest_unconfigure(config):
+    kernel_fork.uninstall()
 
 
 def pytest_collection_modifyitems(config, items):
