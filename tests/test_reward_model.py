@@ -145,3 +145,56 @@ def test_evaluate_pairs_averages_over_every_pair_whatever_the_batch_size(rm):
         got = evaluate_pairs(rm, pairs, batch_size=batch_size)
         assert got["loss"] == pytest.approx(want_loss, rel=1e-4)
         assert got["accuracy"] == pytest.approx(want_accuracy)
+
+
+PREFIX_PAIRS = [
+    {"prompt": "Ann has 3 apples.\n", "chosen": "3+4=7\n#### 7", "rejected": "#### 8"},
+    {"prompt": "Bob?\n", "chosen": "1", "rejected": ""},  # an empty response: its score is read at the EOS
+    {"prompt": "Cat has 9 pens and gets 0 more.\n", "chosen": "9+0=9", "rejected": "9+0=90 and more"},
+]
+
+
+def test_shared_prompt_pair_loss_matches_the_loop_and_the_plain_loss_with_gradients(rm):
+    """fastpaths.shared_prompt_pair_loss: loss, stats and every parameter's gradient as pair_loss gives them, and
+    the loss of scores read one unpadded sequence at a time (prompts and responses of different lengths)."""
+    from ppo_core.fastpaths import shared_prompt_pair_loss
+    from ppo_core.reward_model import pair_loss
+
+    params = list(rm.parameters())
+    scores = naive_scores(rm, [p["prompt"] + p[side] for side in ("chosen", "rejected") for p in PREFIX_PAIRS])
+    want = -torch.nn.functional.logsigmoid(scores[:3] - scores[3:]).mean()
+    plain, plain_stats = pair_loss(rm, PREFIX_PAIRS)
+    shared, shared_stats = shared_prompt_pair_loss(rm, PREFIX_PAIRS)
+    assert shared.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-6)
+    assert shared_stats == pytest.approx(plain_stats, rel=1e-5, abs=1e-6)
+    for name, got, expected in zip(
+        [n for n, _ in rm.named_parameters()], torch.autograd.grad(shared, params), torch.autograd.grad(plain, params)
+    ):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_shared_prompt_pair_loss_takes_the_plain_loss_when_tokens_merge_across_the_prompts_end(rm):
+    """A tokenizer that merges "a" + "b": the prompt "a" is not a prefix of "a" + "b" in tokens, so the whole batch
+    takes pair_loss (one trunk call instead of two, the same numbers bit for bit)."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from ppo_core.fastpaths import shared_prompt_pair_loss
+    from ppo_core.reward_model import pair_loss
+
+    vocab = {"<pad>": 0, "<eos>": 1, "a": 2, "b": 3, "ab": 4}
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.BPE(vocab=vocab, merges=[("a", "b")])), pad_token="<pad>", eos_token="<eos>"
+    )
+    bpe = RewardModel(rm.model, tok)
+    pairs = [{"prompt": "b", "chosen": "a", "rejected": "b"}, {"prompt": "a", "chosen": "b", "rejected": "a"}]
+    calls = []
+    hook = rm.model.base_model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        got, _ = shared_prompt_pair_loss(bpe, pairs)
+        assert len(calls) == 1
+        assert got.item() == pair_loss(bpe, pairs)[0].item()
+        shared_prompt_pair_loss(bpe, pairs[:1])  # every pair splits: the prompts' call, then the responses'
+        assert len(calls) == 1 + 1 + 2
+    finally:
+        hook.remove()
