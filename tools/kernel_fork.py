@@ -20,9 +20,10 @@ One file, two roles:
   what a fresh kernel would get: no zygote, another interpreter, or an environment that differs from the zygote's
   in a variable that an import may already have read (``READ_LATER`` lists those that nothing imports early).
 
-``install()`` (the root conftest.py, on Linux) makes the kernels that nbval and the learner-copy harness start
-use this command; ``PPO_KERNEL_FORK=0`` turns it off. ``tests/test_kernel_fork.py`` checks that a forked kernel
-matches a fresh one wherever a notebook could tell them apart.
+``install()`` (the root conftest.py) makes the kernels that nbval and the learner-copy harness start use this
+command, on Linux with one thread per process (the suite's default); ``PPO_KERNEL_FORK=0`` turns it off.
+``tests/test_kernel_fork.py`` checks that a forked kernel matches a fresh one wherever a notebook could tell them
+apart.
 """
 
 import json
@@ -286,12 +287,23 @@ _zygote: dict = {}
 
 def install() -> bool:
     """Make the current-environment kernel spec (nbval's ``--nbval-current-env``, the learner-copy harness) start
-    kernels through ``kernel_argv``; the zygote starts with the first kernel. Linux only; ``PPO_KERNEL_FORK=0``
-    keeps plain kernels. Returns whether it is on."""
-    if sys.platform != "linux" or os.environ.get("PPO_KERNEL_FORK", "1") == "0":
+    kernels through ``kernel_argv``; the zygote starts with the first kernel. Returns whether it is on: on Linux,
+    with one OpenMP thread per process (``OMP_NUM_THREADS=1``, as the root conftest.py sets it under pytest-xdist
+    with a worker per core; with more, importing torch starts a thread pool and a fork would leave it behind),
+    unless ``PPO_KERNEL_FORK=0``."""
+    if (
+        sys.platform != "linux"
+        or os.environ.get("OMP_NUM_THREADS") != "1"
+        or os.environ.get("PPO_KERNEL_FORK", "1") == "0"
+    ):
         return False
     import ipykernel.kernelspec
 
+    folder = tempfile.mkdtemp(prefix="ppo-kernels-")
+    _zygote.update(folder=folder)
+    # in the environment from now on: a harness that copies os.environ before it asks for the kernel spec (the
+    # learner copies') hands it to the launcher too
+    os.environ[ENV] = os.path.join(folder, "zygote.sock")
     plain = ipykernel.kernelspec.get_kernel_dict
 
     def get_kernel_dict(extra_arguments=None):
@@ -307,17 +319,15 @@ def install() -> bool:
 
 
 def _start_zygote() -> None:
-    if _zygote:
+    if "process" in _zygote:
         return
-    folder = tempfile.mkdtemp(prefix="ppo-kernels-")
-    path = os.path.join(folder, "zygote.sock")
+    path = os.path.join(_zygote["folder"], "zygote.sock")
     process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", path], stdin=subprocess.DEVNULL)
-    _zygote.update(process=process, folder=folder)
+    _zygote.update(process=process)
     for _ in range(200):  # it listens within milliseconds; a launch before that would get a plain kernel
         if os.path.exists(path) or process.poll() is not None:
             break
         time.sleep(0.01)
-    os.environ[ENV] = path
 
 
 def uninstall() -> None:
@@ -327,14 +337,15 @@ def uninstall() -> None:
     plain = getattr(ipykernel.kernelspec.get_kernel_dict, "plain", None)
     if plain is not None:
         ipykernel.kernelspec.get_kernel_dict = plain
-    if _zygote:
+    if "process" in _zygote:
         _zygote["process"].kill()
         _zygote["process"].wait()
+    if "folder" in _zygote:
         import shutil
 
         shutil.rmtree(_zygote["folder"], ignore_errors=True)
-        _zygote.clear()
         os.environ.pop(ENV, None)
+    _zygote.clear()
 
 
 if __name__ == "__main__":
