@@ -141,7 +141,12 @@ def test_interrupt_exit_status_and_a_killed_launcher(zygote, tmp_path):
             reply = kernel.kc.get_shell_msg(timeout=20)
         assert reply["content"].get("ename") == "KeyboardInterrupt", reply["content"]
         assert time.perf_counter() - start < 10
-        assert kernel.run("print(1 + 1)")[:2] == ("ok", "2\n")  # and it goes on
+        for _ in range(20):  # and it goes on (ipykernel aborts what reaches it while it still unwinds the error)
+            after = kernel.run("print(1 + 1)")
+            if after[0] != "aborted":
+                break
+            time.sleep(0.5)
+        assert after[:2] == ("ok", "2\n")
 
         pid = json.loads(kernel.run("import json, os; print(json.dumps(os.getpid()))")[1])
         kernel.kc.execute("os._exit(3)")
