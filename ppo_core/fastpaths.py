@@ -191,13 +191,6 @@ def enable(actor):
     return actor
 
 
-def _left_padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(map(len, rows))
-    ids = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows])
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    return ids, mask
-
-
 def shared_prompt_pair_loss(rm, pairs: list[dict]):
     """``reward_model.pair_loss`` with each prompt run once: the same ``(loss, stats)`` up to float rounding.
 
@@ -214,11 +207,11 @@ def shared_prompt_pair_loss(rm, pairs: list[dict]):
                for j, row in enumerate(rows)):  # fmt: skip
         return pair_loss(rm, pairs)  # a pair whose tokens do not split at the prompt's end
     trunk, device = rm.model.base_model, next(rm.parameters()).device
-    prompt_ids, prompt_mask = _left_padded(prompts, tok.pad_token_id)  # (N, P)
+    left = tok.pad({"input_ids": prompts}, padding_side="left", return_tensors="pt")
+    prompt_ids, prompt_mask = left["input_ids"], left["attention_mask"]  # (N, P)
     responses = [row[len(prompts[j // 2]) :] for j, row in enumerate(rows)]
-    width = max(map(len, responses))
-    response_ids = torch.tensor([r + [tok.pad_token_id] * (width - len(r)) for r in responses])  # (2N, R)
-    response_mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in responses])
+    right = tok.pad({"input_ids": responses}, padding_side="right", return_tensors="pt")
+    response_ids, response_mask = right["input_ids"], right["attention_mask"]  # (2N, R)
     prefix = trunk(input_ids=prompt_ids.to(device), attention_mask=prompt_mask.to(device),
                    position_ids=position_ids_from_mask(prompt_mask).to(device), use_cache=True)  # fmt: skip
     cache = prefix.past_key_values
