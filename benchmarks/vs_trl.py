@@ -44,10 +44,9 @@ What differs by design, and the two settings we report:
   ``as designed`` runs the cpu preset as it is (the critic at its own ``ppo.value_lr`` and
   ``ppo.lam_value``) against TRL with a reward model (a copy of the trunk with an untrained score head:
   its scores are meaningless, its cost is real).
-* TRL takes the old logprobs from ``generate``'s scores; ours runs the actor over the response
-  positions only, reusing the prompt's keys and values that ``generate`` computed
-  (``ppo_core/fastpaths.py``). TRL's training forward applies the LM head at every position, ours at
-  the response positions.
+* Both take the old logprobs from ``generate``'s own forward: TRL from the scores it returns, ours recorded
+  while it samples (``fastpaths.SamplerScores``), neither runs the policy again to score its rollout. TRL's
+  training forward applies the LM head at every position, ours at the response positions.
 * TRL calls ``gc.collect()`` twice per update; the table shows that time, and the ratio without it.
 
 Tokens/s per phase count the tokens that phase processes: generation B*T (sampled tokens, finished

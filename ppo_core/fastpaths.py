@@ -6,17 +6,26 @@ forward pass is the plain one a reader sees in ``rollout.py`` and ``model.py``. 
 float rounding (tests/test_rollout.py, tests/test_model.py check it, and the ratio = 1 check of every
 first minibatch holds on both); measured speed-ups are in ``benchmarks/README.md``.
 
-1. ``PromptCache``: scoring reuses generate's keys and values of the prompt. ``generate`` already ran
-   the policy over every prompt token (the prefill) with the very weights the scoring forward uses, so
-   the actor's scoring forward keeps positions 0..P-2 of generate's cache and runs on the T positions
-   P-1..P+T-2 only (the ones whose outputs score the response)::
+1. ``PromptCache``: scoring reuses what ``generate`` computed with the very weights the scoring forward uses.
+
+   a. While ``generate`` samples, ``SamplerScores`` (a logits processor, plus a hook on the trunk) keeps each
+      drawn token's log-probability under softmax(logits / temperature) and the trunk's final hidden state
+      before it. Those are the old logprobs and, through the value head, the values: the policy does not run
+      again to score its own rollout. TRL's PPOTrainer takes its old logprobs from ``generate`` too; veRL and
+      OpenRLHF run the actor again, since their sampler (vLLM) is another program with other kernels.
+   b. Without a record (scoring at another temperature, a rollout edited after the draw), the actor's
+      scoring forward keeps positions 0..P-2 of generate's cache and runs on the T positions P-1..P+T-2 only
+      (the ones whose outputs score the response)::
 
        generate:   [p0 .. p_P-2] p_P-1 r0 .. r_T-2        cache of every position it processed
        score:      [  cached   ] p_P-1 r0 .. r_T-2        -> logits, values at P-1 .. P+T-2
 
-   Used for a float32 policy only: on a GPU a cached prefix and a full forward run different kernels
-   whose bf16 roundings were not measured, and the ratio = 1 check must not depend on luck. The
-   reference model has other weights and always runs in full.
+   Decoding one position at a time against a cache adds in another order than a forward over whole rows, so
+   both give the plain forward's numbers up to float rounding (on SmolLM2 at temperature 0.5, log-probabilities
+   within about 5e-5 of the training forward's, inside ``train.ratio_tol``). Used for a float32 policy only: on
+   a GPU a cached prefix and a full forward run different kernels whose bf16 roundings were not measured, and
+   the ratio = 1 check must not depend on luck. The reference model has other weights and always runs in full,
+   and so does a separate critic.
 
 2. ``split_prefix_logits``: a float32 training forward (gradients on) runs in two calls, the positions
    before ``keep`` first, then the kept ones on top of the first call's keys and values. No kept output
@@ -39,8 +48,10 @@ first minibatch holds on both); measured speed-ups are in ``benchmarks/README.md
    prompt's last characters with the response's first) takes the plain ``pair_loss``.
 """
 
+from typing import NamedTuple
+
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList
 
 from .logprobs import logprobs_from_logits
 from .model import lm_logits, position_ids_from_mask, trunk_hidden
@@ -49,6 +60,7 @@ from .reward_model import bradley_terry_loss, pair_loss
 
 __all__ = [
     "PromptCache",
+    "SamplerScores",
     "shared_prompt_pair_loss",
     "cat_values",
     "split_prefix_logits",
@@ -67,22 +79,34 @@ def cat_values(values: list) -> torch.Tensor | None:
 
 
 class PromptCache:
-    """generate's key/value caches, kept by ``rollout.sample`` for ``rollout.score`` and used once.
+    """What ``generate`` computed, kept by ``rollout.sample`` for ``rollout.score`` and used once: its key/value
+    caches and, with ``scores`` (default), each drawn token's log-probability under softmax(logits / temperature)
+    and the final hidden state the value head reads, recorded while it samples (``SamplerScores``).
 
     It travels beside the rollout, never inside it: a ``Rollout`` stays plain tensors.
     """
 
-    def __init__(self):
-        self.chunks: list = []  # [(first row, DynamicCache)], one per generate call
-        self.lm, self.complete = None, True
+    def __init__(self, scores: bool = True):
+        self.chunks: list = []  # [(first row, DynamicCache, (logprobs, hidden) or None)], one per generate call
+        self.lm, self.complete, self.scores = None, True, scores
+        self.recorder: SamplerScores | None = None
+
+    def processors(self, lm, temperature: float | None) -> LogitsProcessorList | None:
+        """Called by ``sample`` before each generate call: the ``logits_processor`` that records its scores."""
+        if not self.scores or temperature is None:  # greedy draws are not scored
+            return None
+        self.recorder = SamplerScores(lm, temperature)
+        return LogitsProcessorList([self.recorder])
 
     def keep(self, lm, start: int, out) -> None:
         """Called by ``sample`` after each generate call (rows ``start``..); float32 compute only."""
+        recorder, self.recorder = self.recorder, None
+        recorded = recorder.finish(out.sequences) if recorder is not None else None
         if compute_dtype(lm) != torch.float32 or not isinstance(out.past_key_values, DynamicCache):
             self.complete = False
             return
         self.lm = lm
-        self.chunks.append((start, out.past_key_values))
+        self.chunks.append((start, out.past_key_values, recorded))
 
     def prompt_caches(self, prompt_len: int) -> list | None:
         """The caches cut to the prompts' first ``prompt_len - 1`` positions, one per generate call, for another draw
@@ -92,35 +116,109 @@ class PromptCache:
         self.chunks, self.lm = [], None
         if not usable:
             return None
-        for _, cache in chunks:  # all but the last prompt token, which is left to run: generate needs one to start
+        for _, cache, _ in chunks:  # all but the last prompt token, which is left to run: generate needs one to start
             cache.crop(-(cache.get_seq_length() - (prompt_len - 1)))
-        return [cache for _, cache in chunks]
+        return [cache for _, cache, _ in chunks]
 
     def actor_scores(self, actor, ro, temperature: float) -> tuple | None:
-        """Old logprobs and values (B, T) from the caches, as ``ActorWithValueHead.forward`` gives them; or None
-        if they cannot serve ``actor`` (another model sampled, a chunk kept no cache). Frees the caches."""
+        """Old logprobs and values (B, T) from what generate computed, as ``ActorWithValueHead.forward`` gives
+        them; or None if that cannot serve ``actor`` (another model sampled, a chunk kept no cache). Frees it all.
+
+        Recorded scores at this ``temperature`` need no forward of the policy at all (a separate critic still reads
+        the whole rows); without them the policy runs on the response positions over the cached prompt."""
         chunks, usable = self.chunks, self.complete and bool(self.chunks) and self.lm is actor.lm
         self.chunks, self.lm = [], None
         if not usable:
             return None
-        keep = ro.keep  # [P-1 : P+T-1]: the positions this forward runs on
-        bounds = [start for start, _ in chunks[1:]] + [ro.input_ids.shape[0]]
+        keep, T = ro.keep, ro.response_ids.shape[1]  # keep: [P-1 : P+T-1], the positions that score the response
+        bounds = [start for start, _, _ in chunks[1:]] + [ro.input_ids.shape[0]]
+        separate = getattr(actor, "critic_trunk", None) is not None
         logprobs, values = [], []
-        for (start, cache), end in zip(chunks, bounds):
+        for (start, cache, recorded), end in zip(chunks, bounds):
+            ids, attn = ro.input_ids[start:end], ro.attention_mask[start:end]
+            if recorded is not None and recorded.serves(ro.response_ids[start:end], ro.mask[start:end], temperature):
+                logprobs.append(_width(recorded.logprobs, T))  # (b, T), no forward of the policy
+                if separate:  # a separate critic has no record of its own: it reads the whole rows
+                    values.append(actor.critic_values(ids, attn, position_ids_from_mask(attn), keep))
+                else:  # the shared head (if any) on the hidden states generate computed
+                    values.append(None if actor.value_head is None else actor.head_values(_width(recorded.hidden, T)))
+                continue
             cache.crop(-(cache.get_seq_length() - keep.start))  # keep positions 0..P-2: the prompt but its last token
-            ids = ro.input_ids[start:end, keep]  # (b, T): p_P-1, r0 .. r_T-2
-            attn = ro.attention_mask[start:end, : keep.stop]  # (b, P+T-1): cached positions and these T
-            pos = position_ids_from_mask(attn)[:, keep]  # (b, T)
-            if getattr(actor, "critic_trunk", None) is None:
-                logits, v = actor(ids, attn, pos, past_key_values=cache)  # (b, T, V), (b, T)
-            else:  # a separate critic has no cache of its own: it reads the whole rows
+            new_attn = attn[:, : keep.stop]  # (b, P+T-1): cached positions and the T that run
+            pos = position_ids_from_mask(new_attn)[:, keep]  # (b, T)
+            if not separate:  # ids[:, keep]: p_P-1, r0 .. r_T-2
+                logits, v = actor(ids[:, keep], new_attn, pos, past_key_values=cache)  # (b, T, V), (b, T)
+            else:
                 with autocast(ids.device, actor.compute_dtype):
-                    logits, _ = actor.logits_fn(actor.lm, ids, attn, pos, past_key_values=cache)  # (b, T, V)
-                rows = ro.attention_mask[start:end]
-                v = actor.critic_values(ro.input_ids[start:end], rows, position_ids_from_mask(rows), keep)  # (b, T)
+                    logits, _ = actor.logits_fn(actor.lm, ids[:, keep], new_attn, pos, past_key_values=cache)
+                v = actor.critic_values(ids, attn, position_ids_from_mask(attn), keep)  # (b, T)
             logprobs.append(logprobs_from_logits(logits, ro.response_ids[start:end], temperature))
             values.append(v)
         return torch.cat(logprobs), cat_values(values)
+
+
+def _width(x: torch.Tensor, T: int) -> torch.Tensor:
+    """(b, n, ...) cut or zero-padded to (b, T, ...): a generate call's steps against the rollout's columns."""
+    if x.shape[1] >= T:
+        return x[:, :T]
+    return torch.cat([x, x.new_zeros(x.shape[0], T - x.shape[1], *x.shape[2:])], dim=1)
+
+
+class Recorded(NamedTuple):
+    """One generate call's record: the (b, n) tokens it drew, their log-probabilities at ``temperature`` and the
+    (b, n, H) final hidden states before each."""
+
+    tokens: torch.Tensor
+    logprobs: torch.Tensor
+    hidden: torch.Tensor
+    temperature: float
+
+    def serves(self, response_ids: torch.Tensor, mask: torch.Tensor, temperature: float) -> bool:
+        """Whether it scores these (b, T) tokens at this temperature: a rollout edited after the draw is not."""
+        tokens = _width(self.tokens, response_ids.shape[1]).to(response_ids.device)
+        return temperature == self.temperature and bool(((tokens == response_ids) | ~mask).all())
+
+
+class SamplerScores(LogitsProcessor):
+    """Records, inside one ``generate`` call, what scoring would compute again: each drawn token's log-probability
+    under softmax(logits / temperature) and the trunk's final hidden state before it (the value head's input).
+
+    Step n of ``generate`` runs the policy on the newest position and hands its next-token logits to the logits
+    processors, this one first (transformers puts custom processors before the temperature and the top-k/top-p
+    warpers, so it sees the raw logits, as scoring does); the token drawn from them arrives as the last column of
+    ``input_ids`` at step n + 1, or of ``sequences`` after the last step. These are the very numbers the draw came
+    from, in float32; a forward over the finished rows gives the same up to float rounding (decoding one position
+    at a time against a cache adds in another order), which the ratio = 1 check of the first minibatch bounds.
+    """
+
+    def __init__(self, lm, temperature: float):
+        self.temperature, self.logprobs, self.hidden, self.pending = temperature, [], [], None
+        self.handle = lm.base_model.register_forward_hook(self._trunk_output)
+
+    def _trunk_output(self, module, args, output) -> None:
+        self.hidden.append(output.last_hidden_state[:, -1].clone())  # (b, H), after the final norm
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.pending is not None:
+            self._take(input_ids[:, -1])
+        self.pending = scores
+        return scores
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        lp = logprobs_from_logits(self.pending[:, None], tokens[:, None].to(self.pending.device), self.temperature)
+        self.logprobs.append(lp[:, 0])
+        self.pending = None
+
+    def finish(self, sequences: torch.Tensor) -> Recorded | None:
+        """After the generate call: its record, or None if the steps and the forwards do not pair up."""
+        self.handle.remove()
+        if self.pending is not None:
+            self._take(sequences[:, -1])
+        if not self.logprobs or len(self.hidden) != len(self.logprobs):
+            return None
+        n = len(self.logprobs)
+        tokens = sequences[:, sequences.shape[1] - n :]
+        return Recorded(tokens, torch.stack(self.logprobs, 1), torch.stack(self.hidden, 1), self.temperature)
 
 
 def _split_prefix(trunk, prefix_tokens: int) -> bool:

@@ -8,8 +8,8 @@ All three come from forward passes with position ids from the attention mask and
 temperature, so that the training forward reproduces them exactly (ratio = 1 before the first update).
 
 A ``Rollout`` is plain data: tensors, the decoded responses and, once the trainer has scored them,
-their task scores. (``fastpaths.py`` can let ``score`` reuse the prompt's keys and values from
-``generate``; that cache travels beside the rollout, never inside it.)
+their task scores. (``fastpaths.py`` can let ``score`` take the policy's numbers from what ``generate``
+computed; that record travels beside the rollout, never inside it.)
 """
 
 import contextlib
@@ -249,11 +249,12 @@ def sample(
     The draw depends on the arguments only, never on ``lm.generation_config`` (see ``sampling_config``);
     a response ends at the first of ``stop_token_ids`` (the model's EOS ids and the tokenizer's).
     ``batch_size``: prompts per ``generate`` call (0: all at once). ``prompt_cache``: a
-    ``fastpaths.PromptCache`` that keeps generate's key/value caches for ``score`` (None: keep none;
-    it keeps them for float32 compute only). ``dtype``: the compute dtype (bf16/fp16 run ``generate``
-    under autocast; None or float32: as the weights are). ``behaviour``: also keep the sampler's logprob of
-    each token, log softmax of generate's scores (logits / temperature after top-k/top-p), chapter 09; it
-    holds the (b, T, V) scores of one generate call. ``top_k``, ``top_p``: see ``sampling_config``.
+    ``fastpaths.PromptCache`` that keeps generate's key/value caches and the logprobs and hidden states it
+    computed, for ``score`` (None: keep none; it keeps them for float32 compute only). ``dtype``: the
+    compute dtype (bf16/fp16 run ``generate`` under autocast; None or float32: as the weights are).
+    ``behaviour``: also keep the sampler's logprob of each token, log softmax of generate's scores (logits /
+    temperature after top-k/top-p), chapter 09; it holds the (b, T, V) scores of one generate call.
+    ``top_k``, ``top_p``: see ``sampling_config``.
     ``keep_sampling_mask``: also keep which tokens top-k/top-p left drawable, (B, T, V) bool (True off the mask).
     ``prompt_past``: the prompts' keys and values from an earlier draw from the same prompts and weights, one cache
     per generate call (``fastpaths.PromptCache.prompt_caches``): generate then runs only the last prompt token before
@@ -271,8 +272,9 @@ def sample(
     with autocast(device, dtype), _own_generation_config(lm, gen_cfg):
         for i in range(0, len(prompts), step):
             past = {} if prompt_past is None else {"past_key_values": prompt_past[i // step]}
+            record = None if prompt_cache is None else prompt_cache.processors(lm, temperature)
             out = lm.generate(input_ids=ids[i : i + step], attention_mask=attn[i : i + step], generation_config=gen_cfg,
-                              **past)  # fmt: skip
+                              logits_processor=record, **past)  # fmt: skip
             chunks.append(out.sequences[:, P:])  # (b, T_i) generate pads finished rows with pad_token_id
             if behaviour:  # the sampler's logprob of each drawn token, (b, T_i)
                 scores = torch.stack(out.scores, dim=1).float()  # (b, T_i, V)
@@ -347,7 +349,7 @@ def complete(
                     torch.cuda.manual_seed(seed)  # the model's GPU only
         for i in range(0, len(prompts), batch_size):
             chunk = prompts[i : i + batch_size]
-            cache = PromptCache() if also_greedy else None
+            cache = PromptCache(scores=False) if also_greedy else None  # for the prompts' keys and values
             ro = sample(
                 lm, tokenizer, chunk, max_new_tokens, temperature, max_prompt_len, prompt_cache=cache, dtype=dtype
             )
@@ -364,8 +366,9 @@ def complete(
 def score(actor, ref_lm, ro: Rollout, temperature: float, batch_size: int, prompt_cache=None) -> Rollout:
     """Fill in the old logprobs and values (actor) and the reference logprobs, in chunks of ``batch_size``.
 
-    ``prompt_cache``: the ``fastpaths.PromptCache`` that ``sample`` filled; the actor's forward then
-    reuses the prompt's keys and values (same numbers up to float rounding). None: full forwards.
+    ``prompt_cache``: the ``fastpaths.PromptCache`` that ``sample`` filled: the old logprobs and the shared head's
+    values it recorded while sampling, or else a forward that reuses the prompt's keys and values (same numbers
+    up to float rounding). None: full forwards.
     ``ro.sampling_mask`` (chapter 09's Keep Sampling Mask): pi_old is scored on the sampler's top-k/top-p support.
     """
     keep_mask = ro.sampling_mask is not None

@@ -72,31 +72,75 @@ def _gpt2_folder(tmp_path):
     return str(save_tiny(build_tiny_model(tok, "gpt2", n_embd=32, n_layer=2, n_head=2), tok, tmp_path / "gpt2"))
 
 
-def _scored(lm, tok, batch_size, keep_cache, seed=0):
+def _scored(lm, tok, batch_size, cache, seed=0, top_k=0, top_p=1.0, prompts=PROMPTS, max_new_tokens=10):
+    """Sample at temperature 0.9 and score; returns the rollout, whether generate's caches were kept and how many
+    times the policy's trunk ran during scoring."""
     torch.manual_seed(123)
     actor = ActorWithValueHead(lm, value_head_init_std=0.5)  # the same non-zero value head in every call
     torch.manual_seed(seed)
-    cache = PromptCache() if keep_cache else None
-    ro = sample(lm, tok, PROMPTS, max_new_tokens=10, temperature=0.9, batch_size=batch_size, prompt_cache=cache)
+    ro = sample(lm, tok, prompts, max_new_tokens, temperature=0.9, batch_size=batch_size, prompt_cache=cache,
+                top_k=top_k, top_p=top_p)  # fmt: skip
     kept = cache is not None and cache.complete and bool(cache.chunks)
-    score(actor, make_reference(actor), ro, 0.9, batch_size=2, prompt_cache=cache)
+    ref, calls = make_reference(actor), []  # a copy, made before the policy's trunk gets a counting hook
+    hook = lm.base_model.register_forward_hook(lambda *args: calls.append(1))
+    score(actor, ref, ro, 0.9, batch_size=2, prompt_cache=cache)
+    hook.remove()
     assert cache is None or not cache.chunks  # used once, then released
-    return ro, kept
+    return ro, kept, len(calls)
 
 
-def test_score_from_generation_cache_equals_full_forward(tiny_model_path, tmp_path):
+def test_score_from_generation_equals_full_forward(tiny_model_path, tmp_path):
+    """Old logprobs and values recorded while generate samples (no forward of the policy), or a forward on the
+    response positions over generate's cached prompt: both equal a full forward's, per chunk of rows."""
     for path in (tiny_model_path, _gpt2_folder(tmp_path)):
         lm, tok = _load(path)
         for gen_batch in (0, 2):  # one generate call, or two chunks (3 prompts): one cache per chunk
-            full, kept = _scored(lm, tok, gen_batch, keep_cache=False)
-            assert not kept
-            cached, kept = _scored(lm, tok, gen_batch, keep_cache=True)
-            assert kept, "a float32 policy keeps generate's caches"
-            assert torch.equal(cached.response_ids, full.response_ids)
-            m = full.mask
-            torch.testing.assert_close(cached.logprobs[m], full.logprobs[m], atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(cached.values[m], full.values[m], atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(cached.ref_logprobs, full.ref_logprobs)
+            full, kept, full_calls = _scored(lm, tok, gen_batch, None)
+            assert not kept and full_calls > 0
+            for cache in (PromptCache(), PromptCache(scores=False)):
+                cached, kept, calls = _scored(lm, tok, gen_batch, cache)
+                assert kept, "a float32 policy keeps generate's caches"
+                assert (calls == 0) == cache.scores, f"the policy ran {calls} times in scoring (scores={cache.scores})"
+                assert torch.equal(cached.response_ids, full.response_ids)
+                m = full.mask
+                torch.testing.assert_close(cached.logprobs[m], full.logprobs[m], atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(cached.values[m], full.values[m], atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(cached.ref_logprobs, full.ref_logprobs)
+
+
+def test_recorded_scores_are_the_full_softmax_and_follow_each_row(tiny_model_path):
+    """A truncated sampler (top-k, top-p) still gets the full softmax's logprobs, as scoring computes them; rows
+    that stop early and chunks of different lengths line up with their tokens."""
+    lm, tok = _load(tiny_model_path)
+    prompts = PROMPTS * 3
+    for top_k, top_p in ((20, 1.0), (0, 0.9)):
+        full, _, _ = _scored(lm, tok, 4, None, top_k=top_k, top_p=top_p, prompts=prompts, max_new_tokens=40)
+        rec, kept, calls = _scored(lm, tok, 4, PromptCache(), top_k=top_k, top_p=top_p, prompts=prompts,
+                                   max_new_tokens=40)  # fmt: skip
+        assert kept and calls == 0 and torch.equal(rec.response_ids, full.response_ids)
+        lengths = full.mask.sum(1)
+        assert lengths.min() < lengths.max(), "the test needs rows of different lengths"
+        m = full.mask
+        torch.testing.assert_close(rec.logprobs[m], full.logprobs[m], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(rec.values[m], full.values[m], atol=1e-5, rtol=1e-5)
+
+
+def test_recorded_scores_of_other_tokens_or_temperature_are_not_used(tiny_model_path):
+    """Scored at another temperature than the draw's, or after the rollout's tokens were edited, the logprobs are
+    those of a forward over the rollout as it is."""
+    lm, tok = _load(tiny_model_path)
+    actor = ActorWithValueHead(lm)
+    for edit, temperature in ((False, 1.3), (True, 0.9)):
+        torch.manual_seed(0)
+        cache = PromptCache()
+        ro = sample(lm, tok, PROMPTS, max_new_tokens=8, temperature=0.9, prompt_cache=cache)
+        if edit:  # another token in the middle of the first row
+            with torch.inference_mode():
+                ro.response_ids[0, 3] = (ro.response_ids[0, 3] + 1) % len(tok)
+                ro.input_ids[0, ro.prompt_len + 3] = ro.response_ids[0, 3]
+            assert ro.mask[0, 3]
+        score(actor, make_reference(actor), ro, temperature, batch_size=3, prompt_cache=cache)
+        torch.testing.assert_close(ro.logprobs[ro.mask], ro.ref_logprobs[ro.mask], atol=1e-5, rtol=1e-5)
 
 
 def test_cache_of_another_model_is_not_used(tiny_model_path):

@@ -260,8 +260,9 @@ class TrainConfig:
     ratio_tol: float = 1e-4
     """Tolerance of that check."""
     fast_paths: bool = True
-    """Speed paths with the same numbers up to float rounding (fastpaths.py): scoring reuses generate's
-    prompt cache, a large float32 training forward runs the prompt apart. false: only the plain forwards."""
+    """Speed paths with the same numbers up to float rounding (fastpaths.py): scoring takes the policy's
+    logprobs and values from generate's own forward, a large float32 training forward runs the prompt apart.
+    false: only the plain forwards."""
     num_threads: int = 0
     """torch CPU threads (0 = torch's default)."""
     progress: bool = True
