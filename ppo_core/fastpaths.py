@@ -136,12 +136,16 @@ class PromptCache:
         logprobs, values = [], []
         for (start, cache, recorded), end in zip(chunks, bounds):
             ids, attn = ro.input_ids[start:end], ro.attention_mask[start:end]
-            if recorded is not None and recorded.serves(ro.response_ids[start:end], ro.mask[start:end], temperature):
-                logprobs.append(_width(recorded.logprobs, T))  # (b, T), no forward of the policy
+            mask = ro.mask[start:end]
+            if recorded is not None and recorded.serves(ro.response_ids[start:end], mask, temperature):
+                # no forward of the policy; 0 off the mask (generate ran past a row's EOS with another attention mask)
+                logprobs.append(torch.where(mask, _width(recorded.logprobs, T), 0.0))  # (b, T)
                 if separate:  # a separate critic has no record of its own: it reads the whole rows
                     values.append(actor.critic_values(ids, attn, position_ids_from_mask(attn), keep))
-                else:  # the shared head (if any) on the hidden states generate computed
-                    values.append(None if actor.value_head is None else actor.head_values(_width(recorded.hidden, T)))
+                elif actor.value_head is not None:  # the shared head on the hidden states generate computed
+                    values.append(torch.where(mask, actor.head_values(_width(recorded.hidden, T)), 0.0))
+                else:
+                    values.append(None)
                 continue
             cache.crop(-(cache.get_seq_length() - keep.start))  # keep positions 0..P-2: the prompt but its last token
             new_attn = attn[:, : keep.stop]  # (b, P+T-1): cached positions and the T that run

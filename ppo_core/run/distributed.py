@@ -139,7 +139,8 @@ def _distributed_update(minibatch_update, actor, optimizer, mb: dict, **kwargs) 
         local["policy_units"] = loss_units(mb["policy_mask"])
     loss_fn = kwargs.pop("loss_fn", None) or ppo_loss
     stats = minibatch_update(actor, optimizer, local, loss_fn=_rank_scaled(loss_fn), **kwargs)
-    keys = sorted(k for k in stats if k not in ("train/grad_norm", "train/skipped", "policy/max_abs_log_ratio"))
+    whole = ("train/grad_norm", "value/grad_norm", "train/skipped", "policy/max_abs_log_ratio")  # not shares:
+    keys = sorted(k for k in stats if k not in whole)  # norms of the averaged gradient, equal on every rank
     sums = _all_sum(torch.tensor([stats[k] for k in keys], dtype=torch.float64))  # shares of the global means
     out = dict(stats)
     out.update({k: sums[i].item() for i, k in enumerate(keys)})
