@@ -95,6 +95,8 @@ def one_launch(tiny_model_path, rm_path, tmp_path_factory):
     try:
         cases, expected = [], {}
         for name, extra in UPDATE_CASES.items():
+            if name == "separate-critic":  # scores from a reward model: returns, and the critic's gradient, not 0
+                extra = (*extra, "reward.type=model", f"reward.path={rm_path}")
             here = root / name
             here.mkdir()
             cfg = load_config("cpu", _overrides(tiny_model_path, here / "single", 1, "ppo.lr=1e-2", *extra))
