@@ -94,7 +94,9 @@ def profile_trl(s, model_path: str, threads: int, updates: int):
 
 
 OPTIMISATIONS = {
-    "prompt cache": "scoring reuses generate's keys and values of the prompt (fastpaths.PromptCache)",
+    "cached prompt": "scoring reuses generate's keys and values of the prompt (fastpaths.PromptCache)",
+    "recorded": "scoring takes the policy's log-probs (and a shared head's values) from generate's own forward "
+    "(fastpaths.SamplerScores): no forward of the policy",
     "prefix split": "the float32 training forward runs the prompt apart (fastpaths.split_prefix_logits, and "
     "split_prefix_hidden for a separate critic), skipping backward work; only from "
     "fastpaths.SPLIT_MIN_PREFIX_TOKENS prompt tokens per minibatch on",
@@ -110,12 +112,18 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
     from ppo_core.run.runner import RunTrainer
 
     real_keep, real_split = fastpaths.PromptCache.keep, fastpaths._split_prefix
-    keep_none = lambda cache, lm, start, out: setattr(cache, "complete", False)  # noqa: E731
+    real_processors = fastpaths.PromptCache.processors
+
+    def keep_none(cache, lm, start, out):  # as if nothing were kept: scoring runs full forwards
+        real_keep(cache, lm, start, out)
+        cache.complete = False
+
     variants = {
-        "neither": dict(keep_cache=False, split=False),
-        "+ prompt cache": dict(keep_cache=True, split=False),
-        "+ prompt cache + prefix split, policy only": dict(keep_cache=True, split=True, critic_split=False),
-        "+ prompt cache + prefix split": dict(keep_cache=True, split=True),
+        "neither": dict(keep_cache=False, record=False, split=False),
+        "+ cached prompt": dict(keep_cache=True, record=False, split=False),
+        "+ recorded": dict(keep_cache=True, record=True, split=False),
+        "+ recorded + prefix split, policy only": dict(keep_cache=True, record=True, split=True, critic_split=False),
+        "+ recorded + prefix split": dict(keep_cache=True, record=True, split=True),
     }
     times = {k: [] for k in variants}
     with tempfile.TemporaryDirectory() as tmp:
@@ -125,6 +133,7 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
             name = list(variants)[i % len(variants)]
             v = variants[name]
             fastpaths.PromptCache.keep = real_keep if v["keep_cache"] else keep_none
+            fastpaths.PromptCache.processors = real_processors if v["record"] else (lambda *args: None)
             fastpaths._split_prefix = real_split if v["split"] else (lambda lm, prefix_tokens: False)
             critic_split = v.get("critic_split", True)
             trainer.actor.critic_hidden_fn = fastpaths.split_prefix_hidden if critic_split else trunk_hidden
@@ -134,6 +143,7 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
                 (m["time/rollout"], m["time/score"], m["time/update"], m["time/step"], time.process_time() - c0)
             )
         fastpaths.PromptCache.keep, fastpaths._split_prefix = real_keep, real_split
+        fastpaths.PromptCache.processors = real_processors
         trainer.logger.close()
     print(
         f"\nours, like-for-like, B={s.batch_size}: median of {updates} steps each, interleaved (load "
