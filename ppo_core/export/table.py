@@ -18,6 +18,10 @@ KL_NAMES = {n: KL_ESTIMATORS.info(n, "verl") for n in KL_ESTIMATORS if KL_ESTIMA
 ORL_ESTIMATORS = {n: ADV_ESTIMATORS.info(n, "openrlhf") for n in ADV_ESTIMATORS if ADV_ESTIMATORS.info(n, "openrlhf")}
 ORL_POLICY_LOSSES = {n: POLICY_LOSSES.info(n, "openrlhf") for n in POLICY_LOSSES if POLICY_LOSSES.info(n, "openrlhf")}
 COURSE_ONLY = "a course setting with no counterpart"
+FAST_PATHS = (
+    "speed paths with the same numbers; the engines have their own, and by default run the actor again for the "
+    "old log-probs (their sampler is another engine), where ours takes them from its own generate, as TRL does"
+)
 RATIO_CHECK = COURSE_ONLY + " (the ratio-is-1 check)"
 WARMSTART = "the tiny model's in-memory SFT stand-in; the engines start from an SFT checkpoint"
 
@@ -548,8 +552,7 @@ ROWS = [
     Row("train.wandb_project", key("trainer.project_name"), key("--logger.wandb.project"), "(W&B environment)"),
     Row("train.check_ratio", gap(RATIO_CHECK), gap(RATIO_CHECK)),
     Row("train.ratio_tol", gap(RATIO_CHECK), gap(RATIO_CHECK)),
-    Row("train.fast_paths", same("speed paths with the same numbers; the engines have their own"),
-        same("speed paths with the same numbers; the engines have their own"), "—"),
+    Row("train.fast_paths", same(FAST_PATHS), same(FAST_PATHS), "—"),
     Row("train.num_threads", gap("CPU threads of a CPU run"), gap("CPU threads of a CPU run"), "—"),
     Row("train.progress", gap("a progress bar"), gap("a progress bar"), "disable_tqdm"),
     # reward
