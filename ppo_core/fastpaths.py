@@ -12,7 +12,7 @@ first minibatch holds on both); measured speed-ups are in ``benchmarks/README.md
       drawn token's log-probability under softmax(logits / temperature) and the trunk's final hidden state
       before it. Those are the old logprobs and, through the value head, the values: the policy does not run
       again to score its own rollout. TRL's PPOTrainer takes its old logprobs from ``generate`` too; veRL and
-      OpenRLHF run the actor again, since their sampler (vLLM) is another program with other kernels.
+      OpenRLHF run the actor again by default, since their sampler (vLLM) is another program with other kernels.
    b. Without a record (scoring at another temperature, a rollout edited after the draw), the actor's
       scoring forward keeps positions 0..P-2 of generate's cache and runs on the T positions P-1..P+T-2 only
       (the ones whose outputs score the response)::
@@ -48,6 +48,7 @@ first minibatch holds on both); measured speed-ups are in ``benchmarks/README.md
    prompt's last characters with the response's first) takes the plain ``pair_loss``.
 """
 
+import contextlib
 from typing import NamedTuple
 
 import torch
@@ -87,16 +88,23 @@ class PromptCache:
     """
 
     def __init__(self, scores: bool = True):
-        self.chunks: list = []  # [(first row, DynamicCache, (logprobs, hidden) or None)], one per generate call
+        self.chunks: list = []  # [(first row, DynamicCache, Recorded or None)], one per generate call
         self.lm, self.complete, self.scores = None, True, scores
         self.recorder: SamplerScores | None = None
 
-    def processors(self, lm, temperature: float | None) -> LogitsProcessorList | None:
-        """Called by ``sample`` before each generate call: the ``logits_processor`` that records its scores."""
+    @contextlib.contextmanager
+    def recording(self, lm, temperature: float | None):
+        """Around each generate call in ``sample``: yields the ``logits_processor`` that records its scores (None:
+        nothing to record, a greedy draw). The hook on the trunk comes off when the call ends, even if it raised."""
         if not self.scores or temperature is None:  # greedy draws are not scored
-            return None
-        self.recorder = SamplerScores(lm, temperature)
-        return LogitsProcessorList([self.recorder])
+            yield None
+            return
+        recorder = SamplerScores(lm, temperature)
+        try:
+            yield LogitsProcessorList([recorder])
+        finally:
+            recorder.close()
+        self.recorder = recorder  # the call returned: ``keep`` reads it
 
     def keep(self, lm, start: int, out) -> None:
         """Called by ``sample`` after each generate call (rows ``start``..); float32 compute only."""
@@ -199,6 +207,10 @@ class SamplerScores(LogitsProcessor):
         self.temperature, self.logprobs, self.hidden, self.pending = temperature, [], [], None
         self.handle = lm.base_model.register_forward_hook(self._trunk_output)
 
+    def close(self) -> None:
+        """Take the hook off the trunk (``PromptCache.recording`` does, when the generate call ends)."""
+        self.handle.remove()
+
     def _trunk_output(self, module, args, output) -> None:
         self.hidden.append(output.last_hidden_state[:, -1].clone())  # (b, H), after the final norm
 
@@ -215,7 +227,6 @@ class SamplerScores(LogitsProcessor):
 
     def finish(self, sequences: torch.Tensor) -> Recorded | None:
         """After the generate call: its record, or None if the steps and the forwards do not pair up."""
-        self.handle.remove()
         if self.pending is not None:
             self._take(sequences[:, -1])
         if not self.logprobs or len(self.hidden) != len(self.logprobs):

@@ -272,9 +272,10 @@ def sample(
     with autocast(device, dtype), _own_generation_config(lm, gen_cfg):
         for i in range(0, len(prompts), step):
             past = {} if prompt_past is None else {"past_key_values": prompt_past[i // step]}
-            record = None if prompt_cache is None else prompt_cache.processors(lm, temperature)
-            out = lm.generate(input_ids=ids[i : i + step], attention_mask=attn[i : i + step], generation_config=gen_cfg,
-                              logits_processor=record, **past)  # fmt: skip
+            record = contextlib.nullcontext() if prompt_cache is None else prompt_cache.recording(lm, temperature)
+            with record as processors:
+                out = lm.generate(input_ids=ids[i : i + step], attention_mask=attn[i : i + step],
+                                  generation_config=gen_cfg, logits_processor=processors, **past)  # fmt: skip
             chunks.append(out.sequences[:, P:])  # (b, T_i) generate pads finished rows with pad_token_id
             if behaviour:  # the sampler's logprob of each drawn token, (b, T_i)
                 scores = torch.stack(out.scores, dim=1).float()  # (b, T_i, V)

@@ -143,6 +143,26 @@ def test_recorded_scores_of_other_tokens_or_temperature_are_not_used(tiny_model_
         torch.testing.assert_close(ro.logprobs[ro.mask], ro.ref_logprobs[ro.mask], atol=1e-5, rtol=1e-5)
 
 
+def test_an_interrupted_draw_leaves_no_hook_on_the_trunk(tiny_model_path, monkeypatch):
+    """The recorder's hook comes off the policy's trunk when generate returns and when it raises (a Ctrl-C in a
+    notebook): left on, every later forward would keep a copy of its last hidden state."""
+    lm, tok = _load(tiny_model_path)
+    real_generate = lm.generate
+
+    def interrupted(*args, **kwargs):
+        lm(input_ids=kwargs["input_ids"], attention_mask=kwargs["attention_mask"])  # a step ran, the hook fired
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lm, "generate", interrupted)
+    cache = PromptCache()
+    with pytest.raises(KeyboardInterrupt):
+        sample(lm, tok, PROMPTS, max_new_tokens=4, temperature=1.0, prompt_cache=cache)
+    assert not lm.base_model._forward_hooks and cache.recorder is None
+    monkeypatch.setattr(lm, "generate", real_generate)
+    sample(lm, tok, PROMPTS, max_new_tokens=4, temperature=1.0, prompt_cache=cache)
+    assert not lm.base_model._forward_hooks and cache.chunks[0][2] is not None
+
+
 def test_cache_of_another_model_is_not_used(tiny_model_path):
     """A rollout sampled by one LM and scored by an actor around another must get the actor's own logprobs."""
     lm, tok = _load(tiny_model_path)
