@@ -11,6 +11,7 @@ most self CPU time.
 """
 
 import argparse
+import contextlib
 import functools
 import os
 import sys
@@ -112,11 +113,15 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
     from ppo_core.run.runner import RunTrainer
 
     real_keep, real_split = fastpaths.PromptCache.keep, fastpaths._split_prefix
-    real_processors = fastpaths.PromptCache.processors
+    real_recording = fastpaths.PromptCache.recording
 
     def keep_none(cache, lm, start, out):  # as if nothing were kept: scoring runs full forwards
         real_keep(cache, lm, start, out)
         cache.complete = False
+
+    @contextlib.contextmanager
+    def no_recording(cache, lm, temperature):  # keep the caches only: scoring runs over the cached prompt
+        yield None
 
     variants = {
         "neither": dict(keep_cache=False, record=False, split=False),
@@ -133,7 +138,7 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
             name = list(variants)[i % len(variants)]
             v = variants[name]
             fastpaths.PromptCache.keep = real_keep if v["keep_cache"] else keep_none
-            fastpaths.PromptCache.processors = real_processors if v["record"] else (lambda *args: None)
+            fastpaths.PromptCache.recording = real_recording if v["record"] else no_recording
             fastpaths._split_prefix = real_split if v["split"] else (lambda lm, prefix_tokens: False)
             critic_split = v.get("critic_split", True)
             trainer.actor.critic_hidden_fn = fastpaths.split_prefix_hidden if critic_split else trunk_hidden
@@ -143,7 +148,7 @@ def ab_ours(s, model_path: str, threads: int, updates: int) -> None:
                 (m["time/rollout"], m["time/score"], m["time/update"], m["time/step"], time.process_time() - c0)
             )
         fastpaths.PromptCache.keep, fastpaths._split_prefix = real_keep, real_split
-        fastpaths.PromptCache.processors = real_processors
+        fastpaths.PromptCache.recording = real_recording
         trainer.logger.close()
     print(
         f"\nours, like-for-like, B={s.batch_size}: median of {updates} steps each, interleaved (load "
