@@ -143,28 +143,27 @@ class PromptCache:
         separate = getattr(actor, "critic_trunk", None) is not None
         logprobs, values = [], []
         for (start, cache, recorded), end in zip(chunks, bounds):
-            ids, attn = ro.input_ids[start:end], ro.attention_mask[start:end]
-            mask = ro.mask[start:end]
-            if recorded is not None and recorded.serves(ro.response_ids[start:end], mask, temperature):
+            rows = slice(start, end)
+            ids, attn, mask, tokens = ro.input_ids[rows], ro.attention_mask[rows], ro.mask[rows], ro.response_ids[rows]
+            v = None
+            if recorded is not None and recorded.serves(tokens, mask, temperature):
                 # no forward of the policy; 0 off the mask (generate ran past a row's EOS with another attention mask)
-                logprobs.append(torch.where(mask, _width(recorded.logprobs, T), 0.0))  # (b, T)
-                if separate:  # a separate critic has no record of its own: it reads the whole rows
-                    values.append(actor.critic_values(ids, attn, position_ids_from_mask(attn), keep))
-                elif actor.value_head is not None:  # the shared head on the hidden states generate computed
-                    values.append(torch.where(mask, actor.head_values(_width(recorded.hidden, T)), 0.0))
+                lp = torch.where(mask, _width(recorded.logprobs, T), 0.0)  # (b, T)
+                if not separate and actor.value_head is not None:  # the shared head on what generate computed
+                    v = torch.where(mask, actor.head_values(_width(recorded.hidden, T)), 0.0)
+            else:  # the policy over the cached prompt
+                cache.crop(-(cache.get_seq_length() - keep.start))  # positions 0..P-2: the prompt but its last token
+                new_attn = attn[:, : keep.stop]  # (b, P+T-1): cached positions and the T that run
+                pos = position_ids_from_mask(new_attn)[:, keep]  # (b, T)
+                if separate:  # ids[:, keep]: p_P-1, r0 .. r_T-2
+                    with autocast(ids.device, actor.compute_dtype):
+                        logits, _ = actor.logits_fn(actor.lm, ids[:, keep], new_attn, pos, past_key_values=cache)
                 else:
-                    values.append(None)
-                continue
-            cache.crop(-(cache.get_seq_length() - keep.start))  # keep positions 0..P-2: the prompt but its last token
-            new_attn = attn[:, : keep.stop]  # (b, P+T-1): cached positions and the T that run
-            pos = position_ids_from_mask(new_attn)[:, keep]  # (b, T)
-            if not separate:  # ids[:, keep]: p_P-1, r0 .. r_T-2
-                logits, v = actor(ids[:, keep], new_attn, pos, past_key_values=cache)  # (b, T, V), (b, T)
-            else:
-                with autocast(ids.device, actor.compute_dtype):
-                    logits, _ = actor.logits_fn(actor.lm, ids[:, keep], new_attn, pos, past_key_values=cache)
+                    logits, v = actor(ids[:, keep], new_attn, pos, past_key_values=cache)  # (b, T, V), (b, T)
+                lp = logprobs_from_logits(logits, tokens, temperature)
+            if separate:  # a separate critic has no cache or record of its own: it reads the whole rows
                 v = actor.critic_values(ids, attn, position_ids_from_mask(attn), keep)  # (b, T)
-            logprobs.append(logprobs_from_logits(logits, ro.response_ids[start:end], temperature))
+            logprobs.append(lp)
             values.append(v)
         return torch.cat(logprobs), cat_values(values)
 
