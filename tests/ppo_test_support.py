@@ -1,6 +1,18 @@
 """Helpers shared by test modules. A plain module with a unique name: `from conftest import ...` would
 resolve to whichever conftest.py (tests/ or exercises/) was imported last."""
 
+import importlib.util
+
+
+def skip_module_unless_installed(*names: str) -> None:
+    """Skip the calling test module if a package is missing, found without importing it (peft takes seconds to
+    import, in every worker, at collection)."""
+    import pytest
+
+    for name in names:
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed", allow_module_level=True)
+
 
 def _tiny_overrides(model_path: str, out_dir, steps: int = 2, *extra: str) -> list[str]:
     return [

@@ -1,12 +1,10 @@
 """Tests for the chapter 10 checker: it passes two different right answers and names each typical mistake."""
 
-import importlib.util
-
 import pytest
 import torch
+from ppo_test_support import skip_module_unless_installed
 
-if importlib.util.find_spec("peft") is None:  # checked without importing it (seconds) at collection
-    pytest.skip("peft is not installed", allow_module_level=True)
+skip_module_unless_installed("peft")
 
 from ppo_core import checks  # noqa: E402
 from ppo_core.checks import CheckFailure  # noqa: E402

@@ -1,7 +1,6 @@
 """LoRA through peft (run/lora.py): the reference is the base with adapters off, only adapters and the
 value head train, checkpoints hold the adapters and resume repeats the run, evaluate merges them."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,9 +9,9 @@ import warnings
 
 import pytest
 import torch
+from ppo_test_support import skip_module_unless_installed
 
-if importlib.util.find_spec("peft") is None:  # checked without importing it (seconds) at collection
-    pytest.skip("peft is not installed", allow_module_level=True)
+skip_module_unless_installed("peft")
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 

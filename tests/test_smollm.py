@@ -10,11 +10,9 @@ import warnings
 
 import pytest
 import torch
+from ppo_test_support import skip_module_unless_installed
 
-if importlib.util.find_spec("gguf") is None:  # checked without importing it (seconds) at collection
-    pytest.skip("gguf is not installed", allow_module_level=True)
-if importlib.util.find_spec("peft") is None:  # checked without importing it (seconds) at collection
-    pytest.skip("peft is not installed", allow_module_level=True)
+skip_module_unless_installed("gguf", "peft")
 
 from ppo_core.logprobs import logprobs_from_logits  # noqa: E402
 from ppo_core.rollout import sample, stop_token_ids  # noqa: E402
