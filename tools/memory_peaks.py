@@ -16,7 +16,7 @@ __all__ = ["row_wise_peaks"]
 def row_wise_peaks(what: str, B: int, T: int, V: int = 151936) -> dict:
     """The extra peak memory (bytes) of ``what`` (logprobs or entropy) on bf16 (B, T, V) logits, all rows
     at once (key True) and as the package takes them (False), each measured in a process of its own."""
-    ctx = multiprocessing.get_context("spawn")
+    ctx = _context()
     peaks = {}
     for all_rows in (True, False):
         q = ctx.Queue()
@@ -25,6 +25,17 @@ def row_wise_peaks(what: str, B: int, T: int, V: int = 151936) -> dict:
         peaks[all_rows] = q.get()
         p.join()
     return peaks
+
+
+def _context():
+    """Fresh processes for the measurements: on Linux forked from a forkserver that has imported torch and this
+    module once (started with the first measurement, it serves the later ones), elsewhere spawned. Either way a
+    measurement's process holds nothing but its own tensors: the forkserver imports, it never computes."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
 
 
 def _row_wise_peak(what: str, B: int, T: int, V: int, all_rows: bool, out) -> None:
