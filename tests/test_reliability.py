@@ -229,6 +229,22 @@ def test_cli_process_exit_code_and_single_stderr_line(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_config_error_comes_before_the_models_code_loads():
+    """The command checks the config before it imports the trainer and transformers' model code: a typo's error
+    line comes in about two seconds, not five. In a fresh process, since this one has imported everything."""
+    code = (
+        "import sys\n"
+        "from ppo_core.run.cli import train_main\n"
+        "assert train_main(['ppo.clip_epss=0.1']) == 2\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in ('transformers', 'peft')}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]", f"loaded before the config was checked: {proc.stdout.strip()}"
+    assert "did you mean 'ppo.clip_eps'" in proc.stderr
+
+
+@pytest.mark.slow
 def test_evaluate_process_exit_code_names_a_missing_checkpoint(tmp_path):
     """``python -m ppo_core.evaluate`` on a folder that is no checkpoint: exit code 2 and one stderr line."""
     missing = tmp_path / "no_such_run" / "final"
