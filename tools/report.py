@@ -695,8 +695,16 @@ def gpu_cpu_task(name: str) -> str:
                      f"{r['step_s']:.2f}", f"{c.get('step_s', nan):.2f}"])  # fmt: skip
     gains = [r["gain_points"] for r in d["rows"]]
     head = ["seed", "GPU sampled", "GPU gain", "CPU gain", "GPU EV", "CPU EV", "GPU s/step", "CPU s/step"]
+    now = {r["seed"]: r["gain_points"] for r in load("default_run/seeds.json")["rows"]}
+    if all(now.get(seed) == c["gain_points"] for seed, c in cpu.items()):
+        source = f"CPU rows from `default_run/seeds.json` ({_machine(d['cpu_machine'])})"
+    else:  # the default run was measured again since: say which CPU runs these are
+        source = (
+            f"CPU rows as `default_run/seeds.json` held them when the GPU ran ({_machine(d['cpu_machine'])}); "
+            "the [default run's table](critic.md#the-default-run) holds a later run of the same command"
+        )
     return (records(head, rows) + f"\n\nMean gain on the GPU {mean(gains):+.1f} points over {len(gains)} seeds; "
-            f"CPU rows from `default_run/seeds.json` ({_machine(d['cpu_machine'])}).\n\n" + meta(name))  # fmt: skip
+            f"{source}.\n\n" + meta(name))  # fmt: skip
 
 
 def gpu_trl(name: str) -> str:
