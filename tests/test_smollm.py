@@ -51,9 +51,11 @@ def test_the_folder_is_an_ordinary_checkpoint_with_a_pad_that_is_not_eos(folder)
     assert folder.name.startswith("smollm2-") and (folder / "model.safetensors").is_file()
 
 
-def test_the_gguf_conversion_bar_obeys_transformers_switch(monkeypatch, capfd):
+def test_the_gguf_read_shows_no_bar_where_bars_are_off_and_parses_once(monkeypatch, capfd):
     """transformers' GGUF reader draws a plain tqdm bar that ``disable_progress_bar()`` does not reach: on a fresh
-    machine chapter 10's first build printed it into the page. The read swaps in transformers' switchable bar."""
+    machine chapter 10's first build printed it into the page. The read swaps in transformers' switchable bar, and
+    parses the file once (``_gguf_parsed_once``, the next test)."""
+    import gguf
     import transformers
     import transformers.modeling_gguf_pytorch_utils as reader
     from transformers.utils import logging as hf_logging
@@ -61,13 +63,15 @@ def test_the_gguf_conversion_bar_obeys_transformers_switch(monkeypatch, capfd):
     seen = []
 
     def first_read(*args, **kwargs):  # the first thing _read_gguf calls: note the reader's bar, then stop
-        seen.append(reader.tqdm)
+        seen.append((reader.tqdm, gguf.GGUFReader))
         raise OSError("stopped by the test")
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", first_read)
+    plain_reader = gguf.GGUFReader
     with pytest.raises(FileNotFoundError, match="stopped by the test"):
         smollm._read_gguf(smollm.gguf_path())
-    assert seen == [hf_logging.tqdm] and reader.tqdm is not hf_logging.tqdm  # swapped for the read only
+    assert seen[0][0] is hf_logging.tqdm and reader.tqdm is not hf_logging.tqdm  # swapped for the read only
+    assert seen[0][1] is not plain_reader and gguf.GGUFReader is plain_reader  # the file parsed once (below)
 
     was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
@@ -81,6 +85,31 @@ def test_the_gguf_conversion_bar_obeys_transformers_switch(monkeypatch, capfd):
     finally:
         if was_on:
             hf_logging.enable_progress_bar()
+
+
+def test_one_read_parses_the_gguf_file_once(tmp_path):
+    """transformers parses the file's header for the config, the tokenizer and the weights, and builds gguf's
+    tensor-name table for every module: within ``_gguf_parsed_once`` each is made once (a small GGUF file here)."""
+    import gguf
+    import numpy as np
+
+    plain = (gguf.GGUFReader, gguf.get_tensor_name_map)
+    path = str(tmp_path / "small.gguf")
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_block_count(2)
+    writer.add_tensor("token_embd.weight", np.arange(32, dtype=np.float32).reshape(4, 8))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with smollm._gguf_parsed_once():
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(path) is first and [t.name for t in first.tensors] == ["token_embd.weight"]
+        table = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is table
+        assert table.get_name("model.embed_tokens") == "token_embd"
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == plain  # as they were after the read
+    assert gguf.GGUFReader(path) is not gguf.GGUFReader(path)
 
 
 def test_a_missing_model_file_is_one_line_naming_the_install(monkeypatch, tmp_path):
