@@ -9,7 +9,7 @@ OpenMP reads ``OMP_WAIT_POLICY`` once, when torch loads: the entry points set it
 default) before they import this module.
 
 The config is checked before the rest of the package loads (the trainer, the models, transformers' model code):
-a mistyped key or value gets its one-line error in under two seconds instead of five.
+a mistyped key or value gets its one-line error without waiting for them (1.9 s instead of 5 on two CPU cores).
 """
 
 import argparse
