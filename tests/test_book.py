@@ -357,11 +357,10 @@ def _check_hidden_solutions(driver, nb, problems: list[str]) -> None:
     from selenium.webdriver.support.wait import WebDriverWait
 
     n_solutions = sum(cell.cell_type == "code" and "# SOLUTION START" in cell.source for cell in nb.cells)
-    cells = [
-        cell
-        for cell in driver.find_elements(By.CSS_SELECTOR, "div.cell")
-        if "# SOLUTION START" in (cell.get_attribute("textContent") or "")
-    ]
+    cells = driver.execute_script(  # in one call: a round trip per cell costs more than the check
+        "return Array.from(document.querySelectorAll('div.cell'))"
+        ".filter(cell => (cell.textContent || '').includes('# SOLUTION START'))"
+    )
     if len(cells) != n_solutions:
         problems.append(f"{n_solutions} solution cells in the notebook, {len(cells)} on the page")
     for number, cell in enumerate(cells):
@@ -376,7 +375,7 @@ def _check_hidden_solutions(driver, nb, problems: list[str]) -> None:
         driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", toggle[0])
         toggle[0].click()
         try:  # the toggle opens with a short animation
-            WebDriverWait(driver, 5).until(lambda _, code=code: code.is_displayed())
+            WebDriverWait(driver, 5, poll_frequency=0.05).until(lambda _, code=code: code.is_displayed())
         except TimeoutException:
             problems.append(f"exercise solution {number}: clicking its toggle did not show it")
 
@@ -558,6 +557,30 @@ def test_fit_check_rejects_wide_outputs(browser, tmp_path):
     path.write_text(page("x" * 60, 3, 6.5))
     browser.get(path.as_uri())
     assert browser.execute_script(FIND_OVERFLOW) == []
+
+
+def test_solution_check_flags_a_visible_solution_and_a_missing_one(browser, tmp_path):
+    """``_check_hidden_solutions`` passes a solution behind a toggle that opens, and names a solution shown
+    without a click and a solution cell the page lost."""
+    import types
+
+    nb = types.SimpleNamespace(cells=[types.SimpleNamespace(cell_type="code", source="# SOLUTION START\nx = 1")])
+    code = "<div class='cell_input'># SOLUTION START x = 1</div>"
+    pages = {
+        "toggle": f"<div class='cell'><details><summary>show</summary>{code}</details></div>",
+        "visible": f"<div class='cell'>{code}</div>",
+        "lost": "<div class='cell'><div class='cell_input'>y = 2</div></div>",
+    }
+    found = {}
+    for name, body in pages.items():
+        path = tmp_path / f"{name}.html"
+        path.write_text(f"<html><body>{body}</body></html>")
+        browser.get(path.as_uri())
+        found[name] = []
+        _check_hidden_solutions(browser, nb, found[name])
+    assert found["toggle"] == []
+    assert found["visible"] == ["exercise solution 0 is visible without a click (tag its cell hide-input)"]
+    assert found["lost"] == ["1 solution cells in the notebook, 0 on the page"]
 
 
 def test_column_check_measures_each_width_after_a_resize(browser, tmp_path):
