@@ -474,3 +474,16 @@ def test_run_all_must_stop_at_the_first_checker(tmp_path):
         for message, nb in wrong.items():
             with pytest.raises(AssertionError, match=message):
                 run_all_stops_at_the_first_checker(kernel, nb, "toy")
+
+
+@pytest.mark.parametrize("folder", ["chapters", "exercises"])
+def test_notebooks_are_stored_without_outputs(folder):
+    """The book shows the outputs of the suite's own execution and a reader's Jupyter makes its own: outputs kept
+    in git only go stale (a stored one-step run once printed timings of code long since changed)."""
+    kept = [
+        f"{path.name} cell {cell.get('id', i)}"
+        for path in sorted((ROOT / folder).glob("*.ipynb"))
+        for i, cell in enumerate(_nb(path)["cells"])
+        if cell["cell_type"] == "code" and (cell.get("outputs") or cell.get("execution_count") is not None)
+    ]
+    assert not kept, f"stored with outputs (jupyter nbconvert --clear-output --inplace): {kept[:6]}"
