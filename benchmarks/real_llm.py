@@ -77,6 +77,15 @@ def child(seed: int, overrides: list[str], out: Path, gsm8k: int) -> None:
     t0 = time.perf_counter()
     tr = RunTrainer(cfg)
     t_built = time.perf_counter()
+    shapes = []  # each step's rollout as the update runs over it: (prompt width, response width), padded
+    collect = tr.collect
+
+    def record_shape(records):
+        ro = collect(records)
+        shapes.append((ro.prompt_len, ro.response_ids.shape[1]))
+        return ro
+
+    tr.collect = record_shape
     gsm = {}
     if gsm8k:
         gsm["before"] = gsm8k_eval(tr, gsm8k)  # not timed: the command does not run it
@@ -109,28 +118,30 @@ def child(seed: int, overrides: list[str], out: Path, gsm8k: int) -> None:
         ],
         "gsm8k": gsm,
     }
-    row.update(update_rate(tr, steps))
+    row.update(update_rate(tr, steps, shapes))
     (out / "row.json").write_text(json.dumps(row))
 
 
-def update_rate(tr, steps: list[dict]) -> dict:
+def update_rate(tr, steps: list[dict], shapes: list[tuple[int, int]]) -> dict:
     """The update's arithmetic rate against a large float32 matmul on the same threads (``tools/flops.py``).
 
-    A LoRA update's backward computes the activations' gradients through every layer but no gradient of a
-    frozen weight: about one forward's work, so an update counts 2 forwards per epoch (full fine-tuning: 3).
+    The update runs over the rollout as it is padded: B rows of the longest prompt and the longest reply, so
+    each step counts its own ``shapes`` (prompt width, response width), pad tokens included. A LoRA update's
+    backward computes the activations' gradients through every layer but no gradient of a frozen weight: about
+    one forward's work, so an update counts 2 forwards per epoch (full fine-tuning: 3).
     """
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tools.flops import forward_flops, matmul_rate
 
     cfg = tr.cfg
-    prompts = tr.prompts(tr.train_records[: cfg.rollout.batch_size])
-    P = max(len(tr.tokenizer(p)["input_ids"]) for p in prompts)  # left-padded to the longest prompt
+    if len(shapes) != len(steps):  # dynamic sampling draws several rollouts a step and updates on a rebuilt one
+        print(f"update rate not recorded: {len(shapes)} rollouts for {len(steps)} steps", file=sys.stderr)
+        return {"rollout_shapes": shapes, "update_gflops": None, "matmul_gflops": matmul_rate() / 1e9}
     per_step = []
-    for r in steps:
-        T = round(r["rollout/response_length"])
+    for r, (P, T) in zip(steps, shapes):
         flops = 2 * cfg.ppo.ppo_epochs * forward_flops(tr.actor.lm.config, cfg.rollout.batch_size, P + T, T)
         per_step.append(flops / r["time/update"] / 1e9)
-    return {"prompt_tokens": P, "update_gflops": per_step, "matmul_gflops": matmul_rate() / 1e9}
+    return {"rollout_shapes": shapes, "update_gflops": per_step, "matmul_gflops": matmul_rate() / 1e9}
 
 
 def gsm8k_eval(tr, n: int) -> dict | None:
