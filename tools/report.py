@@ -227,11 +227,13 @@ def real_llm(name: str) -> str:
                      f"{e['before_sampled']['last_number_acc']:.3f} → {e['after_sampled']['last_number_acc']:.3f}",
                      f"{e['before_sampled']['format_rate']:.2f} → {e['after_sampled']['format_rate']:.2f}",
                      f"{e['before_greedy']['marker_acc']:.3f} → {e['after_greedy']['marker_acc']:.3f}",
-                     f"{ev:+.2f}", f"{_last(steps, 'kl/to_ref'):.2f}", f"{r['train_s']:.0f}", f"{r['wall_s']:.0f}",
+                     f"{ev:+.2f}", f"{_last(steps, 'kl/to_ref'):.2f}",
+                     f"{steps[0]['rollout/eos_rate']:.2f} → {steps[-1]['rollout/eos_rate']:.2f}",
+                     f"{r['train_s']:.0f}", f"{r['wall_s']:.0f}",
                      f"{r['peak_rss_gb']:.1f}", load_avg])  # fmt: skip
     n = len(data["rows"])
     header = ["seed", "sampled ####", "gain", "last number", "format", "greedy ####", "EV, last 5", "KL, last 5",
-              "train s", "wall s", "peak RSS GB", "load (1, 5, 15 min)"]  # fmt: skip
+              "EOS rate", "train s", "wall s", "peak RSS GB", "load (1, 5, 15 min)"]  # fmt: skip
     summary = (
         f"Held-out problems per evaluation: {data['rows'][0]['n_eval']}. Targets: a sampled gain of at least "
         f"{t['gain_points']:+.0f} points (met on {met['gain']} of {n} seeds), within {t['train_minutes']:.0f} minutes "
@@ -241,9 +243,10 @@ def real_llm(name: str) -> str:
     )
     legend = (
         "Sampled and greedy `####` accuracy, the gain in points, last-number accuracy and the format rate on the "
-        "held-out split; the critic's explained variance and the KL to the reference over the last 5 steps."
+        "held-out split; the critic's explained variance and the KL to the reference over the last 5 steps; the "
+        "share of the rollout's replies that end with the stop token, at the first step and the last."
     )
-    return legend + "\n\n" + _tables(header, rows, [[1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11]]) + "\n\n" + summary
+    return legend + "\n\n" + _tables(header, rows, [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]) + "\n\n" + summary
 
 
 def real_llm_phases(name: str) -> str:
