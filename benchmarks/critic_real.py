@@ -32,6 +32,13 @@ value that sees only the prompt can know, estimated from ``--group`` - 1 samples
 same bound without that sampling noise: the variance of the prompts' true means (the between-prompt variance
 less its share of the within-prompt variance) over the variance of the return, per episode. A token-level critic
 can pass it only by reading the reply itself (whether the number it wrote is right).
+
+``--mc K``: the critic that reads the reply, at its best. ``mc_values`` gives every held-out token the value of
+its state estimated by sampling (``ppo_core.rollout.monte_carlo_values``, VinePPO's estimate): ``K``
+continuations from the state before the token, at the preset's temperature and up to the same length limit,
+scored by the task's reward. It leaves out the KL part of the return, so it explains the return a little less
+than the exact value would. ``K`` samples add their own noise; the estimate is made twice with ``K`` / 2 each,
+and ``ev_noise_removed`` subtracts the noise variance that the two halves' difference shows.
 """
 
 import argparse
@@ -269,12 +276,43 @@ def lora_critic(tr, chunks: list[dict], fit_prompts, held_prompts, w0, b0, passe
     return curve, {"passes": passes, "s": round(time.perf_counter() - t0, 1)}
 
 
+def mc_values(tr, chunks: list[dict], records: list[dict], held_p: torch.Tensor, k: int, y: torch.Tensor):
+    """Every held-out token's value estimated from ``k`` sampled continuations (two halves of ``k`` / 2), in the
+    order of ``Tokens.rows(held_p)``; the EV with the sampling noise removed."""
+    from ppo_core.rollout import monte_carlo_values
+
+    tr.actor.eval()
+    halves = ([], [])
+    for c in chunks:
+        idx = torch.isin(c["prompt"], held_p).nonzero().squeeze(1)
+        if len(idx) == 0:
+            continue
+        ro = c["ro"].select(idx)
+        recs = [records[int(c["prompt"][i])] for i in idx]
+        prompts = tr.prompts(recs)
+
+        def score(b, text, recs=recs):
+            return float(tr.reward_fn(text, recs[b]["answer"]))
+
+        for half in halves:
+            v = monte_carlo_values(tr.actor.lm, tr.tokenizer, prompts, ro, score, k=k // 2,
+                                   temperature=tr.cfg.rollout.temperature)  # fmt: skip
+            half.append(v[ro.mask.bool()])
+        print(f"  mc_values: {sum(len(h) for h in halves[0])} tokens, {time.strftime('%H:%M:%S')}", flush=True)
+    v1, v2 = torch.cat(halves[0]), torch.cat(halves[1])
+    pred = (v1 + v2) / 2
+    noise = float((v1 - v2).var()) / 4  # Var of the mean of two independent halves' errors
+    resid = float((pred - y).var())  # as explained_variance measures it
+    return pred, {"k": k, "ev_noise_removed": round(1 - (resid - noise) / float(y.var()), 4)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=96)
     ap.add_argument("--group", type=int, default=4, help="replies per prompt")
     ap.add_argument("--train-steps", type=int, default=0, help="PPO steps of the preset before sampling")
     ap.add_argument("--lora-passes", type=int, default=2, help="passes of the LoRA critic over the fit half (0: none)")
+    ap.add_argument("--mc", type=int, default=0, help="continuations per state for mc_values (0: not measured)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--save", help="write the result here (save_result), e.g. benchmarks/results/real_llm/critic.json")
     ap.add_argument("overrides", nargs="*")
@@ -368,6 +406,11 @@ def main() -> None:
                                     p.minibatch_size, p.lr, p.value_lr or p.lr)  # fmt: skip
         rows.append({"critic": "lora", "ev_held": round(curve[-1], 4), "curve": [round(v, 4) for v in curve], **detail})
         times["lora_s"] = time.perf_counter() - t1
+    if args.mc:
+        t1 = time.perf_counter()
+        pred, detail = mc_values(tr, chunks, records, held_p, args.mc, y)
+        add("mc_values", pred, **detail)
+        times["mc_s"] = time.perf_counter() - t1
     times = {k: round(v, 1) for k, v in times.items()} | {"total_s": round(time.perf_counter() - t0, 1)}
 
     stats = {
