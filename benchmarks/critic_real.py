@@ -1,7 +1,7 @@
 """Which critic can the real-model preset have? Critics fitted offline on one fixed set of episodes, and the ceiling.
 
     .venv/bin/python benchmarks/critic_real.py [--prompts 96] [--group 4] [--train-steps 0] [--lora-passes 2]
-                                               [--save PATH] [key=value ...]
+                                               [--mc 0] [--save PATH] [key=value ...]
 
 The ``cpu-smollm`` preset's critic explains little of the return's variance (book/measurements/real_llm.md). This
 asks why, on data that stays still: it builds the preset's trainer (``build_trainer``), optionally trains it

@@ -140,6 +140,26 @@ def test_the_trl_comparison_shows_every_saved_number_and_fits_the_page(tmp_path,
     assert text.count("| 8 | 32 | 1.50 | 0.75 | 0.50 |") == 2 and text.count("| like-for-like | 8.00 |") == 1
     rows = [line for line in text.splitlines() if line.startswith("|")]
     assert rows and max(map(len, rows)) <= report.PAGE_WIDTH
+
+
+def test_two_critic_files_of_one_policy_are_told_apart_and_the_mc_row_shows(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    (results / "real_llm").mkdir(parents=True)
+    more = _critic_real_file(8, 0.0123)
+    more["data"]["prompts"] = 32
+    more["rows"].append({"critic": "mc_values", "ev_held": 0.4567, "k": 8, "ev_noise_removed": 0.5678})
+    for name, d in (("trained.json", _critic_real_file(8, -0.0432)), ("mc.json", more)):
+        (results / "real_llm" / name).write_text(json.dumps(d))
+    monkeypatch.setattr(report, "RESULTS", results)
+    text = report.render("<!-- report: real_llm_critic real_llm/trained.json real_llm/mc.json -->\n"
+                         "<!-- /report -->", {})  # fmt: skip
+    for shown in ("| critic | after 8 steps, 8 prompts | after 8 steps, 32 prompts |",
+                  "| `mc_values` | n/a | +0.457 |", "VinePPO's estimate",
+                  "Monte Carlo values (after 8 steps, 32 prompts, 8 continuations per state), with their sampling "
+                  "noise removed: +0.568."):  # fmt: skip
+        assert shown in " ".join(text.split()), shown
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    assert rows and max(map(len, rows)) <= report.PAGE_WIDTH
     assert "yet" in report.vs_trl("no_such_folder")
 
 

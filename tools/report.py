@@ -315,6 +315,8 @@ def overlong_real(name: str) -> str:
 
 
 CRITICS_REAL = {
+    "mc_values": "each state's value estimated from continuations sampled from it (VinePPO's estimate; the KL part "
+    "of the return left out): what a critic that reads the reply could reach",
     "ceiling_prompt": "the most a value that sees only the prompt can explain (per episode, sampling noise removed)",
     "oracle_prompt": "the mean return of the prompt's other replies",
     "constant": "the fit half's mean return",
@@ -334,6 +336,8 @@ def real_llm_critic(*names: str) -> str:
     per file (the starting policy, a trained one): held-out explained variance, the ceiling, the logged EV."""
     files = [load(n) for n in names]
     cols = [f"after {d['train_steps']} steps" if d["train_steps"] else "start" for d in files]
+    if len(set(cols)) < len(cols):  # two files of the same policy: tell them apart by their prompts
+        cols = [f"{c}, {d['data']['prompts']} prompts" for c, d in zip(cols, files)]
     stats = (("prompts", "prompts", "{}"), ("replies each", "group", "{}"), ("episodes", "episodes", "{}"),
              ("response tokens", "tokens", "{}"), ("correct", "correct_rate", "{:.3f}"),
              ("`####` format", "format_rate", "{:.3f}"), ("mean return", "mean_return", "{:.3f}"),
@@ -351,6 +355,9 @@ def real_llm_critic(*names: str) -> str:
     lora = [", ".join(f"{v:+.3f}" for v in b["lora"]["curve"]) if "lora" in b else "not run" for b in by]
     times = [", ".join(f"{k.removesuffix('_s')} {v:.0f}" for k, v in d["times"].items()) for d in files]
     loads = [", ".join(f"{x:.1f}" for x in d["load_avg"]["before"]) for d in files]
+    mc = "".join(f" Monte Carlo values ({c}, {b['mc_values']['k']} continuations per state), with their sampling "
+                 f"noise removed: {b['mc_values']['ev_noise_removed']:+.3f}." for c, b in zip(cols, by)
+                 if "mc_values" in b)  # fmt: skip
     trained = [(c, d["train_logged_ev"][-5:]) for c, d in zip(cols, files) if d.get("train_logged_ev")]
     during = "".join(f" The run's own logged explained variance before sampling ({c}), mean of its last {len(v)} "
                      f"steps: {mean(v):+.3f}." for c, v in trained)  # fmt: skip
@@ -365,7 +372,7 @@ def real_llm_critic(*names: str) -> str:
             "it), mean of the last rounds:",
             table(["replay", *cols], logged),
             f"The LoRA critic's held-out explained variance before its training and after each pass "
-            f"({', '.join(cols)}): {'; '.join(lora)}.{during} Seconds by phase: {'; '.join(times)}. "
+            f"({'; '.join(cols)}): {'; '.join(lora)}.{mc}{during} Seconds by phase: {'; '.join(times)}. "
             f"Load average (1, 5, 15 min) at the start: {'; '.join(loads)}.",
         ]
     )
