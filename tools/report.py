@@ -333,7 +333,7 @@ CRITICS_REAL = {
 
 def real_llm_critic(*names: str) -> str:
     """Critics fitted offline on fixed episodes of the real-model preset (benchmarks/critic_real.py), one column
-    per file (the starting policy, a trained one): held-out explained variance, the ceiling, the logged EV."""
+    per file (the starting policy, trained ones): held-out explained variance, the ceiling, the logged EV."""
     files = [load(n) for n in names]
     cols = [f"after {d['train_steps']} steps" if d["train_steps"] else "start" for d in files]
     if len(set(cols)) < len(cols):  # two files of the same policy: tell them apart by their prompts
